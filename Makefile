@@ -1,0 +1,55 @@
+# The README's test command is `make test`: it must work on a fresh machine from nothing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test install lint typecheck layers unit bench clean redis-server help
+
+help:
+	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
+	@echo "make bench   - run the micro-benchmarks in bench/"
+	@echo "make clean   - remove the venv and caches"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) redis-server
+
+# Tests start their own redis-server on a free port; the binary must exist.
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "redis-server missing: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	else \
+		echo "redis-server is not installed: install it (e.g. 'sudo apt-get install redis-server') and re-run make test" >&2; \
+		exit 1; \
+	fi
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+layers: install
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/pytest
+
+test: lint typecheck layers unit
+
+bench: install
+	$(BIN)/python bench/core.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .import_linter_cache

@@ -1,0 +1,58 @@
+"""The ``informer-bus`` command.
+
+Subcommands register themselves in :data:`SUBCOMMANDS`; each later capability (simulator,
+reflector, processor, demo, subscribe, status) adds one. A user mistake on the command line
+ends with a one-line message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from informer_bus import __version__
+from informer_bus.subcommand import Subcommand
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+DESCRIPTION = """\
+Kubernetes informers as a multiprocess event pipeline on Redis Streams.
+
+A reflector lists and watches the Kubernetes API and publishes deltas onto sharded Redis
+streams; processors consume them into per-shard indexed stores and call your handlers.
+Every flag can also be set with an INFORMER_BUS_* environment variable.
+"""
+
+
+# Each capability appends its entry here (explicit imports: the CLI is the top layer).
+SUBCOMMANDS: list[Subcommand] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="informer-bus",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"informer-bus {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for sub in SUBCOMMANDS:
+        sub_parser = commands.add_parser(sub.name, help=sub.help, description=sub.help)
+        sub.configure(sub_parser)
+        sub_parser.set_defaults(run=sub.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 0 if argv is None and len(sys.argv) <= 1 else 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
