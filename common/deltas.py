@@ -28,6 +28,7 @@ __all__ = [
     "DeltaType",
     "KeyedDelta",
     "append_delta",
+    "compare_resource_versions",
     "dedup_deltas",
     "delete_is_dropped",
     "relist_diff",
@@ -69,6 +70,20 @@ def resource_version(obj: Obj) -> str:
         if isinstance(version, str):
             return version
     return ""
+
+
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as ``a`` is older than, equal to or newer than ``b``; ``None`` when unknown.
+
+    Kubernetes calls resourceVersions opaque, but every etcd-backed apiserver issues increasing
+    integers (etcd revisions). We compare them only to recognise what is already known, never
+    to order events, and treat anything that is not a plain integer as incomparable.
+    """
+    if a == b:
+        return 0
+    if not (a.isdigit() and b.isdigit()):
+        return None
+    return -1 if int(a) < int(b) else 1
 
 
 def dedup_deltas(deltas: Sequence[Delta]) -> list[Delta]:
@@ -152,16 +167,24 @@ def resync_deltas(
 def relist_diff(
     fresh: Iterable[Obj],
     known_versions: Mapping[str, str],
-    last_known: Callable[[str], Obj | None],
+    last_known: Callable[[list[str]], Mapping[str, Obj | None]],
     key_func: KeyFunc = meta_namespace_key,
+    *,
+    snapshot_rv: str | None = None,
 ) -> Iterator[KeyedDelta]:
     """The deltas a relist really implies, given the resourceVersions already published.
 
     ``Added`` for new keys, ``Updated`` for keys whose resourceVersion changed, nothing for
     unchanged objects, and a tombstone ``Deleted`` for keys that vanished while we were not
-    watching. ``last_known`` is only called for vanished keys, so the caller can keep full
-    objects in Redis and fetch just the few it needs. Tombstones come last, in key order, so
-    the result is deterministic for a given input.
+    watching. Lazy: ``fresh`` may be a generator over LIST pages, and changes are yielded as
+    they are found, so publishing overlaps listing. ``last_known`` is called once, with every
+    vanished key, so the caller can keep full objects in Redis and fetch just those in one round
+    trip. Tombstones come last, in key order, so the result is deterministic.
+
+    ``snapshot_rv`` is the list's resourceVersion. A key known at a *newer* version than the
+    snapshot changed after it, so the snapshot says nothing about it: it gets no tombstone and no
+    update (the watch that follows the list brings its changes). Without this, a list older than
+    the published state would delete objects that exist.
     """
     listed: set[str] = set()
     for obj in fresh:
@@ -170,7 +193,18 @@ def relist_diff(
         previous = known_versions.get(key)
         if previous is None:
             yield key, Delta(DeltaType.ADDED, obj)
-        elif previous != resource_version(obj):
+            continue
+        order = compare_resource_versions(resource_version(obj), previous)
+        if order == 1 or order is None:
             yield key, Delta(DeltaType.UPDATED, obj)
-    for key in sorted(known_versions.keys() - listed):
-        yield key, Delta(DeltaType.DELETED, DeletedFinalStateUnknown(key, last_known(key)))
+    vanished = sorted(
+        key
+        for key in known_versions.keys() - listed
+        if snapshot_rv is None or compare_resource_versions(known_versions[key], snapshot_rv) != 1
+    )
+    if not vanished:
+        return
+    last_objects = last_known(vanished)
+    for key in vanished:
+        tombstone = DeletedFinalStateUnknown(key, last_objects.get(key))
+        yield key, Delta(DeltaType.DELETED, tombstone)

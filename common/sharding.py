@@ -5,17 +5,22 @@ so every delta of an object must land on the same shard, in every process, on ev
 after every restart and upgrade: :func:`shard_for` maps a cache key (``"ns/name"`` or
 ``"name"``) to a shard with a fixed, specified hash, never Python's per-process salted ``hash``.
 
-Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7::
+Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7 (the table in
+``docs/architecture.md`` is the specification)::
 
     ib:{pods:7}:deltas       the shard's delta stream (XADD by the reflector)
-    ib:{pods:7}:state        the shard's current objects, a hash key -> object (no log compaction)
-    ib:{pods:7}:checkpoint   the stream ID the state snapshot is complete up to
-    ib:{pods:7}:lease        who owns the shard, with its fencing epoch
+    ib:{pods:7}:versions     hash key -> resourceVersion of every object the shard knows
+    ib:{pods:7}:objects      hash key -> last envelope published for the key (the known state)
+    ib:{pods:7}:checkpoint   hash: rv, fence, synced_rv, relisting
+    ib:{pods:7}:lease        who owns (processes) the shard, with its fencing epoch
 
 All keys of a shard share the hash tag ``{pods:7}``, so in Redis Cluster they live in one slot:
-MULTI, Lua and multi-key commands may span them (append a delta and move the checkpoint in one
-atomic step; check the lease epoch inside the same write). Different shards get different tags
-and so spread over the cluster.
+MULTI, Lua and multi-key commands may span them (append a delta, record the known state and move
+the checkpoint in one atomic step; check the fence inside the same write). Different shards get
+different tags and so spread over the cluster.
+
+Keys of a resource as a whole (:class:`ResourceKeys`) carry the tag ``{pods}``: the reflector's
+leader lease ``ib:{pods}:leader`` and its epoch counter ``ib:{pods}:epoch``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "ResourceKeys",
     "ShardKeys",
     "shard_for",
 ]
@@ -39,6 +45,14 @@ DEFAULT_PREFIX: Final = "ib"
 _BAD_NAME = re.compile(r"[{}\s]")
 
 _from_bytes = int.from_bytes
+
+
+def _check_names(prefix: object, resource: object) -> None:
+    for what, name in (("prefix", prefix), ("resource", resource)):
+        if type(name) is not str or not name or _BAD_NAME.search(name):
+            raise ValueError(
+                f"{what} must be a non-empty string without braces or whitespace, got {name!r}"
+            )
 
 
 def shard_for(key: str, shard_count: int) -> int:
@@ -83,11 +97,7 @@ class ShardKeys:
     shard: int
 
     def __post_init__(self) -> None:
-        for what, name in (("prefix", self.prefix), ("resource", self.resource)):
-            if type(name) is not str or not name or _BAD_NAME.search(name):
-                raise ValueError(
-                    f"{what} must be a non-empty string without braces or whitespace, got {name!r}"
-                )
+        _check_names(self.prefix, self.resource)
         if type(self.shard) is not int or self.shard < 0:
             raise ValueError(f"shard must be an integer >= 0, got {self.shard!r}")
 
@@ -107,13 +117,31 @@ class ShardKeys:
         return f"{self.prefix}:{self.hash_tag}:deltas"
 
     @property
-    def state(self) -> str:
-        """The hash of current objects by key, rebuilt from snapshot + stream replay."""
-        return f"{self.prefix}:{self.hash_tag}:state"
+    def versions(self) -> str:
+        """Hash key -> resourceVersion of every object the shard knows.
+
+        Separate from :attr:`objects` so that a relist diff reads a few bytes per object and
+        the publish script's duplicate check touches no envelope.
+        """
+        return f"{self.prefix}:{self.hash_tag}:versions"
+
+    @property
+    def objects(self) -> str:
+        """Hash key -> the last envelope published for that key: the shard's known state.
+
+        Streams have no log compaction, so this is what a consumer rebuilds from, and where a
+        relist finds the last object of a key that vanished (its tombstone carries it).
+        """
+        return f"{self.prefix}:{self.hash_tag}:objects"
 
     @property
     def checkpoint(self) -> str:
-        """The stream ID up to which :attr:`state` is complete (replay resumes after it)."""
+        """Hash ``rv`` / ``fence`` / ``synced_rv`` / ``relisting`` (``docs/architecture.md``).
+
+        ``rv``: every event up to it is on the stream; ``fence``: the highest leader epoch seen;
+        ``synced_rv``: the RV of the last completed relist; ``relisting``: ``1`` while a relist
+        diff is being written.
+        """
         return f"{self.prefix}:{self.hash_tag}:checkpoint"
 
     @property
@@ -123,4 +151,44 @@ class ShardKeys:
 
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this shard (e.g. to delete or inspect a shard as a whole)."""
-        return (self.stream, self.state, self.checkpoint, self.lease)
+        return (self.stream, self.versions, self.objects, self.checkpoint, self.lease)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKeys:
+    """The Redis keys of a resource as a whole, under the Cluster hash tag ``{resource}``.
+
+    The reflector's leadership is per resource, not per shard: one leader lists and watches the
+    resource and writes every shard. Its lease and its epoch counter share one tag so that one
+    script can take the lease and increment the epoch atomically. Raises ``ValueError`` for the
+    same bad names as :class:`ShardKeys`.
+    """
+
+    prefix: str
+    resource: str
+
+    def __post_init__(self) -> None:
+        _check_names(self.prefix, self.resource)
+
+    @property
+    def hash_tag(self) -> str:
+        """``{resource}``: what Redis Cluster hashes for the resource-wide keys."""
+        return f"{{{self.resource}}}"
+
+    @property
+    def leader(self) -> str:
+        """The reflector leader lease, an expiring hash ``holder`` / ``epoch``."""
+        return f"{self.prefix}:{self.hash_tag}:leader"
+
+    @property
+    def epoch(self) -> str:
+        """The leader epoch counter; never expires, so epochs only grow."""
+        return f"{self.prefix}:{self.hash_tag}:epoch"
+
+    def shard(self, shard: int) -> ShardKeys:
+        """The keys of one shard of this resource."""
+        return ShardKeys(self.prefix, self.resource, shard)
+
+    def all_keys(self) -> tuple[str, ...]:
+        """Every resource-wide key (not the shards' keys)."""
+        return (self.leader, self.epoch)

@@ -120,11 +120,11 @@ def test_relist_diff_emits_only_real_changes_and_tombstones() -> None:
     known_versions = {"ns/same": "1", "ns/changed": "1", "ns/gone": "4"}
     last = {"ns/gone": pod("gone", "4")}
     fresh = [pod("same", "1"), pod("changed", "2"), pod("new", "3")]
-    asked: list[str] = []
+    asked: list[list[str]] = []
 
-    def last_known(key: str) -> Obj | None:
-        asked.append(key)
-        return last.get(key)
+    def last_known(keys: list[str]) -> dict[str, Obj | None]:
+        asked.append(keys)
+        return {key: last.get(key) for key in keys}
 
     result = list(relist_diff(fresh, known_versions, last_known))
     assert result == [
@@ -132,7 +132,7 @@ def test_relist_diff_emits_only_real_changes_and_tombstones() -> None:
         ("ns/new", Delta(DeltaType.ADDED, pod("new", "3"))),
         ("ns/gone", deleted(DeletedFinalStateUnknown("ns/gone", pod("gone", "4")))),
     ]
-    assert asked == ["ns/gone"], "full objects are fetched only for vanished keys"
+    assert asked == [["ns/gone"]], "full objects are fetched once, only for vanished keys"
 
 
 def test_resource_version_tolerates_objects_without_one() -> None:
@@ -141,18 +141,19 @@ def test_resource_version_tolerates_objects_without_one() -> None:
     assert resource_version(pod("x", "12")) == "12"
 
 
-versions = st.dictionaries(
-    st.sampled_from([f"ns/p{i}" for i in range(12)]), st.sampled_from(["1", "2", "3"])
-)
+versions = st.dictionaries(st.sampled_from([f"ns/p{i}" for i in range(12)]), st.integers(1, 3))
 
 
 @given(before=versions, after=versions)
 def test_relist_diff_applied_to_known_state_yields_the_fresh_state(
-    before: dict[str, str], after: dict[str, str]
+    before: dict[str, int], after: dict[str, int]
 ) -> None:
-    fresh = [pod(key.split("/")[1], rv) for key, rv in after.items()]
-    state = dict(before)
-    for key, delta in relist_diff(fresh, before, lambda _key: None):
+    # resourceVersions only grow: an object listed again is at least as new as it was known.
+    after = {key: rv + before.get(key, 0) for key, rv in after.items()}
+    known = {key: str(rv) for key, rv in before.items()}
+    fresh = [pod(key.split("/")[1], str(rv)) for key, rv in after.items()]
+    state = dict(known)
+    for key, delta in relist_diff(fresh, known, dict.fromkeys, snapshot_rv="99"):
         if delta.type is DeltaType.DELETED:
             assert key in state and key not in after
             del state[key]
@@ -161,4 +162,30 @@ def test_relist_diff_applied_to_known_state_yields_the_fresh_state(
             assert state.get(key) != resource_version(delta.obj), "unchanged objects are silent"
             assert (delta.type is DeltaType.ADDED) == (key not in state)
             state[key] = resource_version(delta.obj)
-    assert state == after
+    assert state == {key: str(rv) for key, rv in after.items()}
+
+
+def test_relist_diff_ignores_keys_known_newer_than_the_snapshot() -> None:
+    """A list older than the published state must not delete or roll back what changed since."""
+    known_versions = {"ns/created-later": "12", "ns/updated-later": "11", "ns/gone": "5"}
+    fresh = [pod("updated-later", "7")]
+    result = list(relist_diff(fresh, known_versions, dict.fromkeys, snapshot_rv="10"))
+    assert result == [("ns/gone", deleted(DeletedFinalStateUnknown("ns/gone", None)))]
+
+
+def test_relist_diff_never_calls_last_known_without_vanished_keys() -> None:
+    def must_not_be_called(keys: list[str]) -> dict[str, Obj | None]:
+        raise AssertionError(keys)
+
+    assert list(relist_diff([pod("a", "2")], {"ns/a": "1"}, must_not_be_called)) == [
+        ("ns/a", Delta(DeltaType.UPDATED, pod("a", "2")))
+    ]
+
+
+def test_resource_versions_compare_as_integers_or_not_at_all() -> None:
+    from common.deltas import compare_resource_versions
+
+    assert compare_resource_versions("9", "10") == -1
+    assert compare_resource_versions("10", "9") == 1
+    assert compare_resource_versions("10", "10") == 0
+    assert compare_resource_versions("abc", "10") is None

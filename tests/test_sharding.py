@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from common.sharding import DEFAULT_PREFIX, ShardKeys, shard_for
+from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys, shard_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,10 +91,29 @@ def test_shard_keys_layout() -> None:
     keys = ShardKeys(DEFAULT_PREFIX, "pods", 7)
     assert keys.hash_tag == "{pods:7}"
     assert keys.stream == "ib:{pods:7}:deltas"
-    assert keys.state == "ib:{pods:7}:state"
+    assert keys.versions == "ib:{pods:7}:versions"
+    assert keys.objects == "ib:{pods:7}:objects"
     assert keys.checkpoint == "ib:{pods:7}:checkpoint"
     assert keys.lease == "ib:{pods:7}:lease"
-    assert keys.all_keys() == (keys.stream, keys.state, keys.checkpoint, keys.lease)
+    assert keys.all_keys() == (
+        keys.stream,
+        keys.versions,
+        keys.objects,
+        keys.checkpoint,
+        keys.lease,
+    )
+
+
+def test_resource_keys_layout() -> None:
+    keys = ResourceKeys(DEFAULT_PREFIX, "deployments.apps")
+    assert keys.hash_tag == "{deployments.apps}"
+    assert keys.leader == "ib:{deployments.apps}:leader"
+    assert keys.epoch == "ib:{deployments.apps}:epoch"
+    assert keys.all_keys() == (keys.leader, keys.epoch)
+    assert keys.shard(3) == ShardKeys("ib", "deployments.apps", 3)
+    # One slot for the lease and the epoch, so one script can take both.
+    assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
+    assert {_cluster_hash_tag(key) for key in keys.all_keys()} == {"deployments.apps"}
 
 
 def _cluster_hash_tag(key: str) -> str:
@@ -112,7 +131,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in keys.all_keys()}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
-        assert len(set(keys.all_keys())) == 4
+        assert len(set(keys.all_keys())) == 5
         tags |= shard_tags
     assert len(tags) == 32
 
@@ -132,12 +151,16 @@ def test_shard_count_must_be_a_positive_int(shard_count: object) -> None:
 def test_resource_names_that_would_break_the_hash_tag_are_rejected(resource: str) -> None:
     with pytest.raises(ValueError, match="resource must be a non-empty string without braces"):
         ShardKeys("ib", resource, 0)
+    with pytest.raises(ValueError, match="resource must be a non-empty string without braces"):
+        ResourceKeys("ib", resource)
 
 
 @pytest.mark.parametrize("prefix", ["", "i{b", "ib}", "i b"])
 def test_bad_prefixes_are_rejected(prefix: str) -> None:
     with pytest.raises(ValueError, match="prefix must be a non-empty string"):
         ShardKeys(prefix, "pods", 0)
+    with pytest.raises(ValueError, match="prefix must be a non-empty string"):
+        ResourceKeys(prefix, "pods")
 
 
 @pytest.mark.parametrize("shard", [-1, 1.0, True, "3"])

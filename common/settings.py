@@ -1,0 +1,163 @@
+"""Service settings: one frozen dataclass per service, filled from defaults, then
+``INFORMER_BUS_*`` environment variables, then command-line flags (in rising priority).
+
+Flags and env var names are derived from the dataclass fields, so the CLI, the environment, the
+Python API and ``--help`` can never disagree: ``redis_url`` is ``--redis-url`` and
+``INFORMER_BUS_REDIS_URL``. Each field documents itself through ``metadata={"help": ...}``.
+Supported field types: ``bool``, ``int``, ``float``, ``str``, their ``X | None`` forms, and
+``tuple[str, ...]`` (a repeatable flag; comma-separated in the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+__all__ = [
+    "SettingsError",
+    "add_flags",
+    "env_name",
+    "flag_name",
+    "load_settings",
+    "settings_from_args",
+]
+
+S = TypeVar("S")
+
+
+class SettingsError(ValueError):
+    """A setting with an unusable value; the message is one line meant for a human."""
+
+
+def env_name(prefix: str, field_name: str) -> str:
+    """``("INFORMER_BUS_", "redis_url")`` -> ``INFORMER_BUS_REDIS_URL``."""
+    return prefix + field_name.upper()
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _field_kind(cls: type[Any], field: dataclasses.Field[Any]) -> tuple[type[Any], bool]:
+    """The scalar type of a field and whether it is a repeatable tuple."""
+    hint = typing.get_type_hints(cls)[field.name]
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return str, True
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(args) == 1:
+            return args[0], False
+    if isinstance(hint, type):
+        return hint, False
+    raise TypeError(f"unsupported settings field type {hint!r} for {field.name}")
+
+
+def _parse_scalar(kind: type[Any], raw: str, source: str) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise SettingsError(f"{source}: invalid {kind.__name__} value {raw!r}") from None
+
+
+def load_settings(
+    cls: type[S],
+    env_prefix: str,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> S:
+    """Defaults, then env vars, then ``overrides`` whose value is not ``None``.
+
+    Validation lives in the dataclass's ``__post_init__``, which should raise
+    :class:`SettingsError`; a ``TypeError``/``ValueError`` from construction is turned into one.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        source = env_name(env_prefix, field.name)
+        raw = env.get(source)
+        if raw is None or raw == "":
+            continue
+        kind, repeated = _field_kind(cls, field)
+        if repeated:
+            values[field.name] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        else:
+            values[field.name] = _parse_scalar(kind, raw, source)
+    values.update({name: value for name, value in overrides.items() if value is not None})
+    try:
+        return cls(**values)
+    except SettingsError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) -> None:
+    """One flag per field, its help showing the default and the env var."""
+    for field in dataclasses.fields(cls):
+        kind, repeated = _field_kind(cls, field)
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        if isinstance(default, float) and math.isinf(default):
+            shown: object = "unlimited"
+        elif repeated:
+            shown = ", ".join(default) if default else "none"
+        else:
+            shown = default
+        text = str(field.metadata.get("help", ""))
+        full_help = f"{text} (default: {shown}; env {env_name(env_prefix, field.name)})"
+        if kind is bool:
+            parser.add_argument(
+                flag_name(field.name),
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=full_help,
+            )
+        elif repeated:
+            parser.add_argument(
+                flag_name(field.name),
+                dest=field.name,
+                action="append",
+                default=None,
+                metavar=str(field.metadata.get("metavar", field.name.split("_")[-1].upper())),
+                help=full_help + "; repeatable",
+            )
+        else:
+            parser.add_argument(
+                flag_name(field.name),
+                dest=field.name,
+                type=kind,
+                default=None,
+                metavar=str(field.metadata.get("metavar", field.name.split("_")[-1].upper())),
+                help=full_help,
+            )
+
+
+def settings_from_args(cls: type[S], env_prefix: str, args: argparse.Namespace) -> S:
+    """The settings for a parsed command line: flags over env vars over defaults."""
+    overrides: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value = getattr(args, field.name, None)
+        if isinstance(value, list):
+            value = tuple(value)
+        overrides[field.name] = value
+    return load_settings(cls, env_prefix, **overrides)

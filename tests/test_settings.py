@@ -1,0 +1,79 @@
+"""Settings come from defaults, then INFORMER_BUS_* env vars, then flags."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import pytest
+
+from common.settings import SettingsError, add_flags, load_settings, settings_from_args
+
+PREFIX = "INFORMER_BUS_TEST_"
+
+
+@dataclass(frozen=True)
+class Example:
+    redis_url: str = field(default="redis://localhost:6379/0", metadata={"help": "where Redis is"})
+    shards: int = field(default=16, metadata={"help": "shard count"})
+    lease: float = field(default=15.0, metadata={"help": "lease seconds"})
+    verbose: bool = field(default=False, metadata={"help": "chatty"})
+    namespace: str | None = field(default=None, metadata={"help": "one namespace"})
+    resource: tuple[str, ...] = field(default=(), metadata={"help": "resources"})
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise SettingsError(f"shards must be >= 1, got {self.shards}")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Example, PREFIX)
+    return parser.parse_args(argv)
+
+
+def test_defaults_when_nothing_is_set() -> None:
+    assert load_settings(Example, PREFIX, environ={}) == Example()
+
+
+def test_env_vars_override_defaults_with_types() -> None:
+    environ = {
+        "INFORMER_BUS_TEST_SHARDS": "8",
+        "INFORMER_BUS_TEST_LEASE": "2.5",
+        "INFORMER_BUS_TEST_VERBOSE": "yes",
+        "INFORMER_BUS_TEST_NAMESPACE": "shop",
+        "INFORMER_BUS_TEST_RESOURCE": "pods, configmaps",
+    }
+    settings = load_settings(Example, PREFIX, environ=environ)
+    assert settings == Example(
+        shards=8, lease=2.5, verbose=True, namespace="shop", resource=("pods", "configmaps")
+    )
+
+
+def test_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFORMER_BUS_TEST_SHARDS", "8")
+    monkeypatch.setenv("INFORMER_BUS_TEST_RESOURCE", "secrets")
+    args = parse(["--shards", "4", "--resource", "pods", "--resource", "nodes", "--no-verbose"])
+    settings = settings_from_args(Example, PREFIX, args)
+    assert settings.shards == 4
+    assert settings.resource == ("pods", "nodes")
+    assert settings.verbose is False
+
+
+def test_bad_env_value_is_a_one_line_error_naming_the_variable() -> None:
+    with pytest.raises(SettingsError, match="INFORMER_BUS_TEST_SHARDS: invalid int value 'many'"):
+        load_settings(Example, PREFIX, environ={"INFORMER_BUS_TEST_SHARDS": "many"})
+
+
+def test_validation_errors_surface_as_settings_errors() -> None:
+    with pytest.raises(SettingsError, match="shards must be >= 1"):
+        load_settings(Example, PREFIX, environ={}, shards=0)
+
+
+def test_help_names_default_and_env_var(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    out = capsys.readouterr().out
+    assert "--redis-url" in out and "INFORMER_BUS_TEST_REDIS_URL" in out
+    assert "default: 16" in out
+    assert "repeatable" in out
