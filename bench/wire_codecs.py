@@ -28,143 +28,13 @@ from typing import Any
 
 import msgpack
 import orjson
+from pods import sample_pod
 
 from common.deltas import DeltaType
 from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
 
 REPEAT = 15
 TARGET_SECONDS = 0.05
-
-
-def realistic_pod(index: int = 12345) -> dict[str, Any]:
-    """A Deployment-owned Pod shaped like what ``kubectl get pod -o json`` returns."""
-    name = f"web-7d9f8c6b5-x{index:05d}"
-    labels = {
-        "app.kubernetes.io/name": "web",
-        "app.kubernetes.io/instance": "web-prod",
-        "pod-template-hash": "7d9f8c6b5",
-        "team": "storefront",
-    }
-    manager_fields = {
-        "f:metadata": {
-            "f:generateName": {},
-            "f:labels": {".": {}, **{f"f:{k}": {} for k in labels}},
-        },
-        "f:spec": {"f:containers": {'k:{"name":"web"}': {".": {}, "f:image": {}}}},
-    }
-    container = {
-        "name": "web",
-        "image": "registry.example.com/storefront/web:2.14.1",
-        "imagePullPolicy": "IfNotPresent",
-        "args": ["--port=8080", "--log-format=json"],
-        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-        "env": [
-            {"name": "LOG_LEVEL", "value": "info"},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        ],
-        "resources": {
-            "limits": {"cpu": "1", "memory": "512Mi"},
-            "requests": {"cpu": "250m", "memory": "256Mi"},
-        },
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/web", "readOnly": True},
-            {"name": "kube-api-access-4x7kq", "mountPath": "/var/run/secrets/kubernetes.io"},
-        ],
-    }
-    sidecar = {
-        "name": "envoy",
-        "image": "envoyproxy/envoy:v1.30.1",
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "generateName": "web-7d9f8c6b5-",
-            "namespace": "storefront",
-            "uid": f"3f2a9c1e-8b4d-4e5f-9a6b-{index:012d}",
-            "resourceVersion": str(48_213_000 + index),
-            "creationTimestamp": "2024-05-01T12:34:56Z",
-            "labels": labels,
-            "annotations": {
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": "9102",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "web-7d9f8c6b5",
-                    "uid": "5e1f0c1a-2b3c-4d5e-8f90-a1b2c3d4e5f6",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "managedFields": [
-                {
-                    "manager": "kube-controller-manager",
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "time": "2024-05-01T12:34:56Z",
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": manager_fields,
-                }
-            ],
-        },
-        "spec": {
-            "containers": [container, sidecar],
-            "volumes": [
-                {"name": "config", "configMap": {"name": "web-config", "defaultMode": 420}},
-                {
-                    "name": "kube-api-access-4x7kq",
-                    "projected": {
-                        "defaultMode": 420,
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt"}},
-                        ],
-                    },
-                },
-            ],
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "web",
-            "nodeName": "node-17",
-            "schedulerName": "default-scheduler",
-            "priority": 0,
-        },
-        "status": {
-            "phase": "Running",
-            "conditions": [
-                {"type": t, "status": "True", "lastTransitionTime": "2024-05-01T12:35:02Z"}
-                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
-            ],
-            "hostIP": "10.0.3.17",
-            "podIP": "10.244.3.112",
-            "podIPs": [{"ip": "10.244.3.112"}],
-            "startTime": "2024-05-01T12:34:56Z",
-            "qosClass": "Burstable",
-            "containerStatuses": [
-                {
-                    "name": c,
-                    "ready": True,
-                    "restartCount": 0,
-                    "started": True,
-                    "image": image,
-                    "imageID": f"{image}@sha256:{'9f' * 32}",
-                    "containerID": f"containerd://{'ab' * 32}",
-                    "state": {"running": {"startedAt": "2024-05-01T12:35:01Z"}},
-                    "lastState": {},
-                }
-                for c, image in (
-                    ("web", container["image"]),
-                    ("envoy", sidecar["image"]),
-                )
-            ],
-        },
-    }
 
 
 def per_op_us(func: Callable[[], object]) -> float:
@@ -193,7 +63,7 @@ def safe_unpackb(data: bytes) -> Any:
 
 
 def main() -> None:
-    pod = realistic_pod()
+    pod = sample_pod()
     pod_json = orjson.dumps(pod)
     pod_msgpack = msgpack.packb(pod)
     meta = pod["metadata"]

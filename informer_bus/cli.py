@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from informer_bus import __version__
+from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.subcommand import Subcommand
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
@@ -27,6 +28,7 @@ Every flag can also be set with an INFORMER_BUS_* environment variable.
 
 # Each capability appends its entry here (explicit imports: the CLI is the top layer).
 SUBCOMMANDS: list[Subcommand] = []
+SUBCOMMANDS.append(APISERVER_SIM)
 
 
 def build_parser() -> argparse.ArgumentParser:

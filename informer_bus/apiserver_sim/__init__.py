@@ -1,0 +1,56 @@
+"""A simulated Kubernetes API server speaking the real list/watch protocol.
+
+No cluster runs on our machines, yet reflector tests, benchmarks and the demo need an API
+server that the unmodified official client talks to over HTTP. This package is that server:
+resourceVersion semantics, paginated consistent LISTs, watches with history, 410s, bookmarks
+and watch-list, selectors, mutations, an etcd-like compaction window, fault injection and
+seeded load generation. Run it in-process (:class:`Simulator`), as a child process
+(:class:`SimulatorProcess`) or as ``informer-bus apiserver-sim``.
+"""
+
+from informer_bus.apiserver_sim.command import APISERVER_SIM
+from informer_bus.apiserver_sim.load import DEFAULT_MIX, ChurnStats
+from informer_bus.apiserver_sim.process import SimulatorProcess, SimulatorProcessError
+from informer_bus.apiserver_sim.resources import (
+    CONFIGMAPS,
+    CRDS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCES,
+    SECRETS,
+    WIDGETS,
+    ResourceType,
+    find_resource,
+)
+from informer_bus.apiserver_sim.settings import SettingsError, SimulatorSettings
+from informer_bus.apiserver_sim.simulator import ChurnHandle, Simulator
+from informer_bus.apiserver_sim.state import ClusterState, StoredObject
+from informer_bus.apiserver_sim.status import ApiError
+
+__all__ = [
+    "APISERVER_SIM",
+    "CONFIGMAPS",
+    "CRDS",
+    "DEFAULT_MIX",
+    "EVENTS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "RESOURCES",
+    "SECRETS",
+    "WIDGETS",
+    "ApiError",
+    "ChurnHandle",
+    "ChurnStats",
+    "ClusterState",
+    "ResourceType",
+    "SettingsError",
+    "Simulator",
+    "SimulatorProcess",
+    "SimulatorProcessError",
+    "SimulatorSettings",
+    "StoredObject",
+    "find_resource",
+]

@@ -1,0 +1,275 @@
+"""What the apiserver does to an object on its way into storage.
+
+Create fills uid, creationTimestamp, generation and managedFields; update keeps the identity
+fields, bumps generation only when the spec-like part changed and refreshes the caller's
+managedFields entry; patches (JSON merge, strategic treated as merge, JSON patch) produce the
+new object. Nothing here touches state: callers run these inside the store's critical section.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from informer_bus.apiserver_sim.resources import ResourceType
+from informer_bus.apiserver_sim.status import ApiError, bad_request, invalid
+
+__all__ = [
+    "apply_json_patch",
+    "apply_merge_patch",
+    "fields_v1",
+    "new_uid",
+    "prepare_create",
+    "prepare_update",
+    "timestamp",
+]
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_IDENTITY = ("uid", "creationTimestamp", "namespace", "name")
+
+
+def timestamp(when: datetime | None = None) -> str:
+    """RFC 3339 at second precision, as Kubernetes renders ``metav1.Time``."""
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_uid(rng: random.Random | None = None) -> str:
+    if rng is None:
+        return str(uuid.uuid4())
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def fields_v1(obj: Any, depth: int = 0) -> dict[str, Any]:
+    """A FieldsV1 set shaped like the server's: ``f:`` per map key, lists collapsed to ``.``."""
+    out: dict[str, Any] = {}
+    if not isinstance(obj, dict):
+        return out
+    for key, value in obj.items():
+        if depth == 0 and key in ("apiVersion", "kind", "status"):
+            continue
+        if depth == 1 and key in ("resourceVersion", "uid", "creationTimestamp", "managedFields",
+                                  "generation", "name", "namespace"):  # fmt: skip
+            continue
+        if isinstance(value, dict):
+            out[f"f:{key}"] = {".": {}, **fields_v1(value, depth + 1)} if value else {}
+        else:
+            out[f"f:{key}"] = {}
+    return out
+
+
+def _managed_entry(manager: str, operation: str, api_version: str, obj: Any, when: str) -> Any:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": when,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields_v1(obj),
+    }
+
+
+def _check_type(resource: ResourceType, obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise bad_request("the body of the request was in an unknown format: expected an object")
+    kind = obj.get("kind")
+    api_version = obj.get("apiVersion")
+    if kind not in (None, "", resource.kind) or api_version not in (None, "", resource.api_version):
+        raise bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API "
+            f"version ({resource.api_version}) or kind ({kind}) is not {resource.kind}"
+        )
+    metadata = obj.get("metadata")
+    if metadata is None:
+        obj["metadata"] = metadata = {}
+    if not isinstance(metadata, dict):
+        raise bad_request("metadata must be an object")
+    obj["kind"] = resource.kind
+    obj["apiVersion"] = resource.api_version
+    return metadata
+
+
+def _check_namespace(resource: ResourceType, metadata: dict[str, Any], namespace: str) -> None:
+    if resource.namespaced:
+        given = metadata.get("namespace")
+        if given and given != namespace:
+            raise bad_request(
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request"
+            )
+        metadata["namespace"] = namespace
+    else:
+        metadata.pop("namespace", None)
+
+
+def prepare_create(
+    resource: ResourceType,
+    body: Any,
+    namespace: str,
+    manager: str,
+    *,
+    rng: random.Random | None = None,
+    when: str | None = None,
+) -> dict[str, Any]:
+    """A new object ready to store (resourceVersion is assigned by the store)."""
+    obj: dict[str, Any] = copy.deepcopy(body)
+    metadata = _check_type(resource, obj)
+    _check_namespace(resource, metadata, namespace)
+    name = metadata.get("name")
+    if not name:
+        prefix = metadata.get("generateName")
+        if not prefix:
+            raise invalid(resource.kind, "", "name or generateName is required", "metadata.name")
+        pick = rng or random.Random()
+        name = prefix + "".join(pick.choice(_GENERATE_ALPHABET) for _ in range(5))
+        metadata["name"] = name
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise invalid(
+            resource.kind,
+            str(name),
+            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+            "alphanumeric characters, '-' or '.'",
+            "metadata.name",
+        )
+    now = when or timestamp()
+    metadata["uid"] = new_uid(rng)
+    metadata["creationTimestamp"] = now
+    metadata["generation"] = 1
+    metadata.pop("resourceVersion", None)
+    metadata.pop("deletionTimestamp", None)
+    metadata["managedFields"] = [_managed_entry(manager, "Update", resource.api_version, obj, now)]
+    if resource is not None and resource.kind == "Namespace":
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj["status"] = {"phase": "Active"}
+    return obj
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+def prepare_update(
+    resource: ResourceType,
+    old: dict[str, Any],
+    body: Any,
+    manager: str,
+    *,
+    when: str | None = None,
+) -> dict[str, Any]:
+    """The stored form of a replacement of ``old`` by ``body``."""
+    obj = copy.deepcopy(body) if body is not old else body
+    metadata = _check_type(resource, obj)
+    old_meta = old["metadata"]
+    for name in ("name", "namespace"):
+        given = metadata.get(name)
+        if given and given != old_meta.get(name):
+            raise bad_request(f"the {name} of the object ({given}) does not match the request")
+    given_uid = metadata.get("uid")
+    if given_uid and given_uid != old_meta.get("uid"):
+        raise ApiError(409, "Conflict", f"Precondition failed: UID in object meta: {given_uid}")
+    for name in _IDENTITY:
+        if name in old_meta:
+            metadata[name] = old_meta[name]
+    generation = int(old_meta.get("generation", 1))
+    if _spec_part(obj) != _spec_part(old):
+        generation += 1
+    metadata["generation"] = generation
+    now = when or timestamp()
+    entries = [
+        e
+        for e in old_meta.get("managedFields", [])
+        if isinstance(e, dict) and e.get("manager") != manager
+    ]
+    entries.append(_managed_entry(manager, "Update", resource.api_version, obj, now))
+    metadata["managedFields"] = entries
+    return obj
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (``null`` deletes; objects merge; anything else replaces)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise bad_request(f"invalid JSON pointer {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _parent(doc: Any, parts: list[str]) -> Any:
+    node = doc
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def apply_json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902 JSON patch: add, remove, replace, test, copy, move."""
+    if not isinstance(ops, list):
+        raise bad_request("a JSON patch must be a list of operations")
+    doc = copy.deepcopy(target)
+    for op in ops:
+        try:
+            doc = _apply_op(doc, op)
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ApiError(422, "Invalid", f"the server rejected our request due to an error "
+                           f"in our request: json patch {op!r}: {exc!r}") from None  # fmt: skip
+    return doc
+
+
+def _apply_op(doc: Any, op: Any) -> Any:  # noqa: C901 - one branch per RFC 6902 op
+    kind = op["op"]
+    parts = _pointer(op["path"])
+    if kind == "test":
+        node = doc
+        for part in parts:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if node != op["value"]:
+            raise ValueError("test failed")
+        return doc
+    if kind in ("copy", "move"):
+        src = _pointer(op["from"])
+        node = doc
+        for part in src:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        value = copy.deepcopy(node)
+        if kind == "move":
+            doc = _apply_op(doc, {"op": "remove", "path": op["from"]})
+        return _apply_op(doc, {"op": "add", "path": op["path"], "value": value})
+    if not parts:
+        return copy.deepcopy(op["value"]) if kind in ("add", "replace") else None
+    parent = _parent(doc, parts)
+    last = parts[-1]
+    if kind == "remove":
+        if isinstance(parent, list):
+            del parent[int(last)]
+        else:
+            del parent[last]
+    elif kind in ("add", "replace"):
+        value = copy.deepcopy(op["value"])
+        if isinstance(parent, list):
+            if kind == "add":
+                parent.insert(len(parent) if last == "-" else int(last), value)
+            else:
+                parent[int(last)] = value
+        else:
+            if kind == "replace" and last not in parent:
+                raise KeyError(last)
+            parent[last] = value
+    else:
+        raise ValueError(f"unknown op {kind!r}")
+    return doc

@@ -1,0 +1,208 @@
+"""Run the simulator as a child process (``python -m informer_bus.cli apiserver-sim``).
+
+Benches use it so the reader under test does not share a GIL with the server; tests use it
+to cover the real command. Faults and load go through the ``/_sim/`` control endpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import IO, Any
+
+import orjson
+
+from informer_bus.apiserver_sim.command import READY_PREFIX, flag_name
+from informer_bus.apiserver_sim.settings import SimulatorSettings
+
+__all__ = ["SimulatorProcess", "SimulatorProcessError"]
+
+
+class SimulatorProcessError(RuntimeError):
+    """The child failed to start or a control call failed."""
+
+
+class SimulatorProcess:
+    """A simulator in a subprocess; ``start()`` returns once ``/healthz`` answers."""
+
+    def __init__(
+        self,
+        settings: SimulatorSettings | None = None,
+        *,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.settings = settings or SimulatorSettings()
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ if env is None else env)
+        self.startup_timeout = startup_timeout
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def command(self) -> list[str]:
+        args = [sys.executable, "-m", "informer_bus.cli", "apiserver-sim"]
+        defaults = SimulatorSettings()
+        for f in dataclasses.fields(SimulatorSettings):
+            value = getattr(self.settings, f.name)
+            if value == getattr(defaults, f.name) and f.name != "port":
+                continue
+            if isinstance(value, bool):
+                args.append(flag_name(f.name) if value else "--no-" + flag_name(f.name)[2:])
+            elif isinstance(value, float) and math.isinf(value):
+                args += [flag_name(f.name), "inf"]
+            else:
+                args += [flag_name(f.name), str(value)]
+        return args + self.extra_args
+
+    def start(self) -> SimulatorProcess:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives until stop()
+        self._proc = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=self._stderr, env=self.env
+        )
+        assert self._proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        line = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._proc.stdout, selectors.EVENT_READ)
+            while not line.endswith(b"\n"):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not sel.select(remaining):
+                    self._abort("did not report readiness in time")
+                chunk = os.read(self._proc.stdout.fileno(), 4096)
+                if not chunk:
+                    self._abort("exited during startup")
+                line += chunk
+        text = line.decode().strip()
+        if not text.startswith(READY_PREFIX):
+            self._abort(f"unexpected first line {text!r}")
+        self.url = text[len(READY_PREFIX) :]
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    self._abort("never answered /healthz")
+                time.sleep(0.05)
+
+    def _abort(self, why: str) -> None:
+        stderr = b""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            stderr = self._stderr.read()[-2000:]
+        self._close_files()
+        raise SimulatorProcessError(f"apiserver-sim {why}: {stderr.decode(errors='replace')}")
+
+    def _close_files(self) -> None:
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, wait, SIGKILL if it hangs; returns the exit status."""
+        proc = self._proc
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._close_files()
+        self._proc = None
+        return proc.returncode
+
+    def __enter__(self) -> SimulatorProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ control endpoints
+
+    def control(self, action: str, method: str = "POST", **body: Any) -> Any:
+        data = orjson.dumps(body) if method == "POST" else None
+        query = ""
+        if method == "GET" and body:
+            query = "?" + "&".join(f"{k}={v}" for k, v in body.items())
+        request = urllib.request.Request(
+            f"{self.url}/_sim/{action}{query}", data=data, method=method,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=600) as resp:
+                return orjson.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise SimulatorProcessError(f"/_sim/{action}: {exc.code} {exc.read()!r}") from None
+
+    def drop_watches(self) -> Any:
+        return self.control("drop-watches")
+
+    def stall_watches(self, seconds: float) -> Any:
+        return self.control("stall-watches", seconds=seconds)
+
+    def compact(self) -> Any:
+        return self.control("compact")
+
+    def restart(self, downtime: float = 0.0) -> Any:
+        return self.control("restart", downtime=downtime)
+
+    def fail_next(self, count: int, status: int = 500) -> Any:
+        return self.control("fail-next", count=count, status=status)
+
+    def slow_responses(self, seconds: float) -> Any:
+        return self.control("slow", seconds=seconds)
+
+    def inject_malformed_lines(self, count: int = 1) -> Any:
+        return self.control("malformed", count=count)
+
+    def populate(self, resource: str = "pods", count: int = 100, seed: int = 0) -> Any:
+        return self.control("populate", resource=resource, count=count, seed=seed)
+
+    def churn(
+        self, rate: float, seconds: float, seed: int = 0, wait: bool = True, **kw: Any
+    ) -> Any:
+        return self.control("churn", rate=rate, seconds=seconds, seed=seed, wait=wait, **kw)
+
+    def ground_truth(self, resource: str = "pods") -> dict[str, str]:
+        doc = self.control("ground-truth", method="GET", resource=resource)
+        result: dict[str, str] = doc["objects"]
+        return result
+
+    def stats(self) -> Any:
+        return self.control("stats", method="GET")

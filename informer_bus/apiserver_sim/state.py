@@ -1,0 +1,764 @@
+"""The simulated etcd + watch cache: objects, one global resourceVersion counter, a bounded
+event history, per-key revisions for consistent snapshots, and watcher cursors.
+
+Every stored revision keeps its serialised JSON (``raw``) next to the few fields selectors need,
+so LIST pages and watch events are built by concatenating bytes, never re-encoding. ``raw`` is
+laid out like the apiserver's output (``kind``, ``apiVersion``, ``metadata``, then the rest) and
+the revision remembers where ``metadata`` sits in it, so a metadata-only change (the churn
+generator's updates, a delete's final state) decodes and re-encodes ~1 KB, not the whole object.
+One lock guards everything; a condition on it wakes watchers when the log grows or a fault fires.
+
+History works like etcd compaction: events are dropped from the head of the log by count and
+by age; ``compacted_rv`` is the newest revision no longer available. A snapshot at ``S`` or a
+watch from ``S`` is answerable iff ``S >= compacted_rv``. For each key the store keeps every
+revision newer than ``compacted_rv`` plus the one in force at it, so old snapshots stay exact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from common.keys import meta_namespace_key
+from informer_bus.apiserver_sim.resources import RESOURCES, ResourceType
+from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
+from informer_bus.apiserver_sim.status import already_exists, expired, not_found
+
+__all__ = [
+    "ClusterState",
+    "Event",
+    "ListPage",
+    "StoredObject",
+    "Subscription",
+    "encode_object",
+]
+
+
+@dataclass(slots=True, eq=False)
+class StoredObject:
+    """One revision of one object: its bytes plus what selectors and keys need, and the watch
+    event that wrote it (the log and the per-key revision lists share these objects, so a
+    change costs one tracked object). A ``DELETED`` revision is a tombstone carrying the
+    object's final state; ``silent`` revisions are history for snapshots but never sent.
+
+    Treat it as immutable: only the store clears ``prev`` when the revision leaves the log.
+    """
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    rv: int
+    raw: bytes
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+    meta_start: int
+    """``raw[meta_start:meta_end]`` is the serialised ``metadata`` (``meta_end`` 0: unknown)."""
+    meta_end: int
+    status_start: int
+    """``raw[status_start:-1]`` is the serialised ``status`` (0: none or unknown)."""
+    resource: ResourceType
+    type: str
+    """``ADDED``, ``MODIFIED`` or ``DELETED``: the watch event type of this revision."""
+    ts: float
+    """When it was written (the store's clock; compaction by age reads it)."""
+    prev: StoredObject | None = None
+    """The revision this one replaced, while this one is in the event log (then ``None``)."""
+    silent: bool = False
+
+    def decode(self) -> dict[str, Any]:
+        """A fresh dict (callers may mutate it)."""
+        result: dict[str, Any] = orjson.loads(self.raw)
+        return result
+
+    def decode_metadata(self) -> dict[str, Any]:
+        """A fresh dict of ``metadata`` alone (decodes only its bytes)."""
+        if self.meta_end:
+            result: dict[str, Any] = orjson.loads(self.raw[self.meta_start : self.meta_end])
+            return result
+        meta: dict[str, Any] = self.decode()["metadata"]
+        return meta
+
+    def decode_status(self) -> Any:
+        """A fresh copy of ``status`` alone (``None`` without one)."""
+        if self.status_start:
+            return orjson.loads(self.raw[self.status_start : -1])
+        return self.decode().get("status") if not self.meta_end else None
+
+    def matches(self, labels: LabelSelector, fields: FieldSelector) -> bool:
+        return (labels.empty or labels.matches(self.labels)) and (
+            fields.empty or fields.matches(self.fields)
+        )
+
+
+Event = StoredObject
+"""An entry of the event log is the revision it wrote."""
+
+
+@dataclass(slots=True)
+class ListPage:
+    rv: int
+    items: list[StoredObject]
+    more: bool
+    remaining: int | None
+
+
+def _rv_of(revision: StoredObject) -> int:
+    return revision.rv
+
+
+@dataclass
+class _Collection:
+    resource: ResourceType
+    current: dict[str, StoredObject] = field(default_factory=dict)
+    revisions: dict[str, list[StoredObject]] = field(default_factory=dict)
+    """Per key, ascending: every revision newer than the compaction point plus the one in
+    force at it (a ``DELETED`` tombstone ends an incarnation)."""
+    keys: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def at(self, key: str, rv: int) -> StoredObject | None:
+        revs = self.revisions.get(key)
+        if not revs:
+            return None
+        found = revs[-1]
+        if found.rv > rv:
+            i = bisect.bisect_right(revs, rv, key=_rv_of)
+            if not i:
+                return None
+            found = revs[i - 1]
+        return None if found.type == "DELETED" else found
+
+    def record(self, revision: StoredObject) -> None:
+        revs = self.revisions.get(revision.key)
+        if revs is None:
+            self.revisions[revision.key] = [revision]
+            bisect.insort(self.keys, revision.key)
+        else:
+            revs.append(revision)
+
+    def trim(self, key: str, rv: int) -> None:
+        """The revision written at ``rv`` is now at or before the compaction point."""
+        revs = self.revisions.get(key)
+        if revs is None:
+            return
+        if revs[0].rv < rv:  # short lists, mostly one stale entry: scan, don't bisect
+            i, n = 1, len(revs)
+            while i < n and revs[i].rv < rv:
+                i += 1
+            del revs[:i]
+        if revs and revs[0].rv <= rv and revs[0].type == "DELETED":
+            del revs[0]
+        if not revs:
+            del self.revisions[key]
+            j = bisect.bisect_left(self.keys, key)
+            if j < len(self.keys) and self.keys[j] == key:
+                del self.keys[j]
+
+    def count(self, namespace: str | None) -> int:
+        if namespace is None:
+            return len(self.current)
+        return self.counts.get(namespace, 0)
+
+    def adjust(self, namespace: str, delta: int) -> None:
+        self.counts[namespace] = self.counts.get(namespace, 0) + delta
+
+
+class ClusterState:
+    """All simulated objects and their history, shared by the HTTP layer and the Python API."""
+
+    def __init__(
+        self,
+        *,
+        history_max_events: int = 100_000,
+        history_max_age: float = 300.0,
+        resources: Iterable[ResourceType] = RESOURCES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lock = threading.RLock()  # re-entrant for exclusive() batches
+        self.changed = threading.Condition(self._lock)
+        self._clock = clock
+        self.history_max_events = history_max_events
+        self.history_max_age = history_max_age
+        self._rv = 1
+        self._compacted_rv = 1
+        self._log: list[StoredObject] = []
+        self._log_offset = 0  # seq of _log[0]
+        self._head_seq = 0  # first live (uncompacted) seq
+        self._next_seq = 0
+        self._collections = {r: _Collection(r) for r in resources}
+        self._watch_generation = 0
+        self._closed = False
+        self._subscriptions: set[Subscription] = set()
+
+    def exclusive(self) -> AbstractContextManager[bool]:
+        """Hold the store across several operations: they happen back to back and watchers
+        pick them up together (the churn generator batches its writes this way, so the
+        streaming threads do not contend for the lock once per event)."""
+        return self._lock
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    @property
+    def compacted_rv(self) -> int:
+        with self._lock:
+            self._compact_expired()
+            return self._compacted_rv
+
+    @property
+    def history_size(self) -> int:
+        with self._lock:
+            return self._next_seq - self._head_seq
+
+    @property
+    def active_watches(self) -> int:
+        with self._lock:
+            return len(self._subscriptions)
+
+    def resources(self) -> list[ResourceType]:
+        return list(self._collections)
+
+    def get(self, resource: ResourceType, key: str) -> StoredObject:
+        with self._lock:
+            obj = self._collections[resource].current.get(key)
+        if obj is None:
+            raise _not_found(resource, key)
+        return obj
+
+    def current(self, resource: ResourceType) -> dict[str, StoredObject]:
+        """A copy of the live objects of one type, by key."""
+        with self._lock:
+            return dict(self._collections[resource].current)
+
+    def ground_truth(self, resource: ResourceType) -> dict[str, str]:
+        """``{key: resourceVersion}`` of every live object: what a synced informer must hold."""
+        with self._lock:
+            return {k: str(o.rv) for k, o in self._collections[resource].current.items()}
+
+    def sorted_keys(self, resource: ResourceType) -> list[str]:
+        with self._lock:
+            coll = self._collections[resource]
+            return [k for k in coll.keys if k in coll.current]
+
+    def wait_for_rv(self, rv: int, timeout: float) -> bool:
+        """Block until the store reaches ``rv`` (for "too large" requests) or ``timeout``."""
+        with self._lock:
+            return self.changed.wait_for(lambda: self._rv >= rv or self._closed, timeout)
+
+    def list_page(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        *,
+        snapshot_rv: int | None,
+        after_key: str | None,
+        limit: int,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        returned_before: int = 0,
+    ) -> ListPage:
+        """One page of a consistent LIST at ``snapshot_rv`` (``None``: the newest state).
+
+        Raises 410 Expired when the snapshot is compacted; ``remaining`` is only computed
+        without selectors, as the apiserver does.
+        """
+        with self._lock:
+            self._compact_expired()
+            rv = self._rv if snapshot_rv is None else snapshot_rv
+            if rv < self._compacted_rv:
+                raise expired(f"too old resource version: {rv} ({self._compacted_rv})")
+            coll = self._collections[resource]
+            prefix = f"{namespace}/" if namespace else ""
+            keys = coll.keys
+            if after_key is not None:
+                i = bisect.bisect_right(keys, after_key)
+            else:
+                i = bisect.bisect_left(keys, prefix) if prefix else 0
+            items: list[StoredObject] = []
+            more = False
+            n = len(keys)
+            filtered = not (labels.empty and fields.empty)
+            at = coll.at
+            while i < n:
+                key = keys[i]
+                if prefix and not key.startswith(prefix):
+                    break
+                i += 1
+                obj = at(key, rv)
+                if obj is None or (filtered and not obj.matches(labels, fields)):
+                    continue
+                if limit and len(items) == limit:
+                    more = True
+                    break
+                items.append(obj)
+            remaining = None
+            if more and not filtered:
+                total = self._count_at(coll, namespace or None, rv)
+                remaining = max(0, total - returned_before - len(items))
+            return ListPage(rv, items, more, remaining)
+
+    def _count_at(self, coll: _Collection, namespace: str | None, rv: int) -> int:
+        total = coll.count(namespace)
+        for event in self._events_after(rv):
+            if event.resource is not coll.resource:
+                continue
+            if namespace is not None and event.namespace != namespace:
+                continue
+            if event.type == "ADDED":
+                total -= 1
+            elif event.type == "DELETED":
+                total += 1
+        return total
+
+    def _seq_after(self, rv: int) -> int:
+        """The seq of the first live event with ``event.rv > rv``."""
+        lo = self._head_seq - self._log_offset
+        i = bisect.bisect_right(self._log, rv, lo=lo, key=_rv_of)
+        return i + self._log_offset
+
+    def _events_after(self, rv: int) -> Iterator[StoredObject]:
+        start = self._seq_after(rv) - self._log_offset
+        return itertools.islice(self._log, start, None)
+
+    # ------------------------------------------------------------------ writes
+
+    def _store(
+        self,
+        resource: ResourceType,
+        key: str,
+        obj: dict[str, Any],
+        type_: str,
+        *,
+        prev: StoredObject | None = None,
+        silent: bool = False,
+    ) -> StoredObject:
+        """Encode ``obj`` as the next revision (the caller has not bumped ``_rv`` yet)."""
+        rv = self._rv + 1
+        metadata = obj["metadata"]
+        metadata["resourceVersion"] = str(rv)
+        raw, layout = encode_object(obj)
+        stored = StoredObject(
+            key, metadata.get("namespace") or "", metadata["name"], metadata.get("uid") or "",
+            rv, raw, _labels_of(metadata), resource.field_values(obj), *layout, resource,
+            type_, self._clock(), prev, silent,
+        )  # fmt: skip
+        self._rv = rv
+        return stored
+
+    def _restore(
+        self,
+        old: StoredObject,
+        metadata: dict[str, Any],
+        status: Any,
+        type_: str,
+        silent: bool,
+    ) -> StoredObject:
+        """The next revision: ``old`` with new ``metadata`` (and ``status`` unless it is
+        ``_KEEP``) spliced into its bytes; identity and the other members are shared."""
+        if (
+            metadata.get("name") != old.name
+            or (metadata.get("namespace") or "") != old.namespace
+            or (metadata.get("uid") or "") != old.uid
+        ):
+            raise ValueError("an in-place update cannot rename, move or re-identify an object")
+        rv = self._rv + 1
+        metadata["resourceVersion"] = str(rv)
+        fields = old.fields
+        if status is not _KEEP:
+            fields = old.resource.refresh_fields(fields, "status", status)
+        if not old.meta_end or (status is not _KEEP and not old.status_start):
+            obj = old.decode()  # no layout to splice into: re-encode once, whole
+            obj["metadata"] = metadata
+            if status is not _KEEP:
+                obj["status"] = status
+            raw, layout = encode_object(obj)
+        else:
+            meta_raw = orjson.dumps(metadata)
+            start, end, status_start = old.meta_start, old.meta_end, old.status_start
+            view = memoryview(old.raw)
+            shift = len(meta_raw) - (end - start)
+            if status is _KEEP:
+                raw = b"".join((view[:start], meta_raw, view[end:]))
+            else:
+                raw = b"".join(
+                    (view[:start], meta_raw, view[end:status_start], orjson.dumps(status), b"}")
+                )
+            layout = (start, start + len(meta_raw), status_start + shift if status_start else 0)
+        labels = old.labels if metadata.get("labels") == old.labels else _labels_of(metadata)
+        stored = StoredObject(
+            old.key, old.namespace, old.name, old.uid, rv, raw, labels, fields,
+            *layout, old.resource, type_, self._clock(), old, silent,
+        )  # fmt: skip
+        self._rv = rv
+        return stored
+
+    def _append(self, coll: _Collection, stored: StoredObject) -> None:
+        """Make ``stored`` history: its key's newest revision and the log's newest event."""
+        coll.record(stored)
+        self._log.append(stored)
+        self._next_seq += 1
+        if self._next_seq - self._head_seq > self.history_max_events:
+            self._compact_bounded()
+
+    def create(
+        self, resource: ResourceType, obj: dict[str, Any], *, silent: bool = False
+    ) -> StoredObject:
+        """Store a new object (already prepared by ``objects.prepare_create``)."""
+        key = meta_namespace_key(obj)
+        with self._lock:
+            coll = self._collections[resource]
+            if key in coll.current:
+                raise already_exists(resource.plural, obj["metadata"]["name"], resource.group)
+            stored = self._store(resource, key, obj, "ADDED", silent=silent)
+            coll.current[key] = stored
+            coll.adjust(stored.namespace, 1)
+            self._append(coll, stored)
+            self.changed.notify_all()
+        return stored
+
+    def create_many(
+        self, resource: ResourceType, objs: Iterable[dict[str, Any]], *, chunk: int = 2000
+    ) -> int:
+        """Bulk create for load generation: one RV each, keys sorted once per chunk."""
+        created = 0
+        batch: list[dict[str, Any]] = []
+        for obj in objs:
+            batch.append(obj)
+            if len(batch) >= chunk:
+                created += self._create_chunk(resource, batch)
+                batch = []
+        if batch:
+            created += self._create_chunk(resource, batch)
+        return created
+
+    def _create_chunk(self, resource: ResourceType, batch: list[dict[str, Any]]) -> int:
+        with self._lock:
+            coll = self._collections[resource]
+            new_keys: list[str] = []
+            for obj in batch:
+                key = meta_namespace_key(obj)
+                if key in coll.current:
+                    continue
+                stored = self._store(resource, key, obj, "ADDED")
+                coll.current[key] = stored
+                coll.adjust(stored.namespace, 1)
+                revs = coll.revisions.get(key)
+                if revs is None:
+                    coll.revisions[key] = revs = []
+                    new_keys.append(key)
+                revs.append(stored)
+                self._log.append(stored)
+                self._next_seq += 1
+            if new_keys:
+                coll.keys.extend(new_keys)
+                coll.keys.sort()
+            self._compact_bounded()
+            self.changed.notify_all()
+            return len(batch)
+
+    def update(
+        self,
+        resource: ResourceType,
+        key: str,
+        mutate: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        silent: bool = False,
+    ) -> StoredObject:
+        """Read-modify-write one object atomically; ``mutate`` may raise an ``ApiError``."""
+        with self._lock:
+            coll = self._collections[resource]
+            old = coll.current.get(key)
+            if old is None:
+                raise _not_found(resource, key)
+            new = mutate(old.decode())
+            stored = self._store(resource, key, new, "MODIFIED", prev=old, silent=silent)
+            coll.current[key] = stored
+            self._append(coll, stored)
+            self.changed.notify_all()
+        return stored
+
+    def update_parts(
+        self,
+        resource: ResourceType,
+        key: str,
+        metadata: Callable[[dict[str, Any]], None],
+        status: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        silent: bool = False,
+    ) -> StoredObject:
+        """Like :meth:`update` for a change confined to ``metadata`` and ``status`` (what
+        controllers and kubelets write): ``metadata`` edits the decoded metadata in place and
+        ``status``, if given, the decoded status (only when the object has a status object).
+        Only those bytes are decoded and re-encoded; renaming is refused (``ValueError``)."""
+        with self._lock:
+            coll = self._collections[resource]
+            old = coll.current.get(key)
+            if old is None:
+                raise _not_found(resource, key)
+            meta = old.decode_metadata()
+            metadata(meta)
+            new_status: Any = _KEEP
+            if status is not None:
+                decoded = old.decode_status()
+                if isinstance(decoded, dict):
+                    status(decoded)
+                    new_status = decoded
+            stored = self._restore(old, meta, new_status, "MODIFIED", silent)
+            coll.current[key] = stored
+            self._append(coll, stored)
+            self.changed.notify_all()
+        return stored
+
+    def delete(
+        self,
+        resource: ResourceType,
+        key: str,
+        check: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        silent: bool = False,
+    ) -> StoredObject:
+        """Remove one object; the DELETED event carries its last state at the delete revision.
+
+        ``check`` sees the object's metadata (for preconditions) and may raise an ``ApiError``.
+        """
+        with self._lock:
+            coll = self._collections[resource]
+            old = coll.current.get(key)
+            if old is None:
+                raise _not_found(resource, key)
+            metadata = old.decode_metadata()
+            if check is not None:
+                check(metadata)
+            stored = self._restore(old, metadata, _KEEP, "DELETED", silent)
+            del coll.current[key]
+            coll.adjust(old.namespace, -1)
+            self._append(coll, stored)
+            self.changed.notify_all()
+        return stored
+
+    # ------------------------------------------------------------------ compaction
+
+    def _drop_head(self) -> None:
+        event = self._log[self._head_seq - self._log_offset]
+        self._head_seq += 1
+        self._compacted_rv = max(self._compacted_rv, event.rv)
+        if event.prev is not None:  # nothing needs it now; don't chain history to the head
+            event.prev = None
+        self._collections[event.resource].trim(event.key, event.rv)
+
+    def _shrink_log(self) -> None:
+        dead = self._head_seq - self._log_offset
+        if dead > 1024 and dead * 2 > len(self._log):
+            del self._log[:dead]
+            self._log_offset = self._head_seq
+
+    def _compact_bounded(self) -> None:
+        while self._next_seq - self._head_seq > self.history_max_events:
+            self._drop_head()
+        self._shrink_log()
+
+    def _compact_expired(self) -> None:
+        horizon = self._clock() - self.history_max_age
+        dropped = False
+        while self._head_seq < self._next_seq:
+            if self._log[self._head_seq - self._log_offset].ts >= horizon:
+                break
+            self._drop_head()
+            dropped = True
+        if dropped:
+            self._shrink_log()
+
+    def compact(self, rv: int | None = None) -> int:
+        """Compact history up to ``rv`` (default: now), like ``etcdctl compact``."""
+        with self._lock:
+            target = self._rv if rv is None else min(rv, self._rv)
+            while self._head_seq < self._next_seq:
+                if self._log[self._head_seq - self._log_offset].rv > target:
+                    break
+                self._drop_head()
+            self._compacted_rv = max(self._compacted_rv, target)
+            self._shrink_log()
+            self.changed.notify_all()
+            return self._compacted_rv
+
+    def set_history_limits(self, max_events: int | None, max_age: float | None) -> None:
+        with self._lock:
+            if max_events is not None:
+                self.history_max_events = max_events
+            if max_age is not None:
+                self.history_max_age = max_age
+            self._compact_bounded()
+            self._compact_expired()
+
+    # ------------------------------------------------------------------ watches
+
+    def subscribe(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        since_rv: int | None,
+    ) -> tuple[Subscription, list[StoredObject]]:
+        """Open a cursor on the log.
+
+        ``since_rv=None`` means "current state, then changes": the returned list holds the
+        objects to send as synthetic ADDED events (key order) and the cursor starts after them.
+        Otherwise the cursor starts after ``since_rv`` (410 Expired when compacted).
+        """
+        with self._lock:
+            self._compact_expired()
+            if self._closed:
+                raise expired("the simulator is shutting down")
+            initial: list[StoredObject] = []
+            if since_rv is None:
+                coll = self._collections[resource]
+                prefix = f"{namespace}/" if namespace else ""
+                filtered = not (labels.empty and fields.empty)
+                for key in coll.keys:
+                    obj = coll.current.get(key)
+                    if obj is None or (prefix and not key.startswith(prefix)):
+                        continue
+                    if filtered and not obj.matches(labels, fields):
+                        continue
+                    initial.append(obj)
+                start_seq = self._next_seq
+                start_rv = self._rv
+            else:
+                if since_rv < self._compacted_rv:
+                    raise expired(f"too old resource version: {since_rv} ({self._compacted_rv})")
+                start_seq = self._seq_after(since_rv)
+                start_rv = since_rv
+            sub = Subscription(self, start_seq, start_rv, self._watch_generation)
+            self._subscriptions.add(sub)
+            return sub, initial
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subscriptions.discard(sub)
+
+    def drop_watches(self) -> int:
+        """End every open watch (they finish their current write, then close)."""
+        with self._lock:
+            self._watch_generation += 1
+            count = len(self._subscriptions)
+            self.changed.notify_all()
+            return count
+
+    def close(self) -> None:
+        """Wake and end every watch and waiter for good."""
+        with self._lock:
+            self._closed = True
+            self._watch_generation += 1
+            self.changed.notify_all()
+
+    def wake(self) -> None:
+        with self._lock:
+            self.changed.notify_all()
+
+
+class Subscription:
+    """A watcher's cursor on the event log (sequence numbers survive log trimming)."""
+
+    __slots__ = ("_state", "generation", "progress_rv", "seq")
+
+    def __init__(self, state: ClusterState, seq: int, rv: int, generation: int) -> None:
+        self._state = state
+        self.seq = seq
+        self.progress_rv = rv
+        self.generation = generation
+
+    def poll(self, timeout: float, max_events: int = 4096) -> tuple[str, list[Event]]:
+        """Wait up to ``timeout`` for events after the cursor.
+
+        Returns ``("ok", events)`` (possibly empty) and advances ``progress_rv`` to the newest
+        revision whose events have all been handed over; ``"dropped"`` when a fault or shutdown
+        ended the watch; ``"behind"`` when history was compacted past the cursor (the apiserver
+        closes such slow watchers).
+        """
+        state = self._state
+        with state._lock:
+            if (
+                self.seq >= state._next_seq
+                and self.generation == state._watch_generation
+                and timeout > 0
+            ):
+                state.changed.wait(timeout)
+            if self.generation != state._watch_generation:
+                return "dropped", []
+            if self.seq < state._head_seq:
+                return "behind", []
+            start = self.seq - state._log_offset
+            events = state._log[start : start + max_events]
+            self.seq += len(events)
+            if self.seq >= state._next_seq:
+                self.progress_rv = state._rv
+            elif events:
+                self.progress_rv = events[-1].rv
+            return "ok", events
+
+    def close(self) -> None:
+        self._state._unsubscribe(self)
+
+
+_LAYOUT_KEYS = frozenset(("kind", "apiVersion", "metadata", "status"))
+_KEEP: Any = object()  # "leave this member as it is" for ClusterState._restore
+_heads: dict[tuple[Any, Any], bytes] = {}
+
+
+def _head(kind: Any, api_version: Any) -> bytes:
+    head = _heads.get((kind, api_version))
+    if head is None:
+        parts = [b"{"]
+        if kind is not None:
+            parts.append(b'"kind":' + orjson.dumps(kind) + b",")
+        if api_version is not None:
+            parts.append(b'"apiVersion":' + orjson.dumps(api_version) + b",")
+        parts.append(b'"metadata":')
+        head = b"".join(parts)
+        if len(_heads) < 256:
+            _heads[(kind, api_version)] = head
+    return head
+
+
+def encode_object(obj: Mapping[str, Any]) -> tuple[bytes, tuple[int, int, int]]:
+    """``obj`` as JSON laid out like the apiserver's output (``kind``, ``apiVersion``,
+    ``metadata``, the other members in their order, ``status`` last) and that layout:
+    ``(meta_start, meta_end, status_start)`` (see :class:`StoredObject`)."""
+    head = _head(obj.get("kind"), obj.get("apiVersion"))
+    meta_raw = orjson.dumps(obj["metadata"])
+    parts = [head, meta_raw]
+    rest = orjson.dumps({k: v for k, v in obj.items() if k not in _LAYOUT_KEYS})
+    if len(rest) > 2:
+        parts += (b",", rest[1:-1])
+    status_start = 0
+    if "status" in obj:
+        parts.append(b',"status":')
+        status_start = sum(map(len, parts))
+        parts.append(orjson.dumps(obj["status"]))
+    parts.append(b"}")
+    start = len(head)
+    return b"".join(parts), (start, start + len(meta_raw), status_start)
+
+
+def _labels_of(metadata: Mapping[str, Any]) -> dict[str, str]:
+    labels = metadata.get("labels")
+    return dict(labels) if isinstance(labels, dict) else {}
+
+
+def _not_found(resource: ResourceType, key: str) -> Exception:
+    name = key.rsplit("/", 1)[-1]
+    return not_found(resource.plural, name, resource.group)
