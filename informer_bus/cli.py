@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from informer_bus import __version__
 from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.subcommand import Subcommand
+from reflector_svc import cli as reflector_cli
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -29,6 +30,14 @@ Every flag can also be set with an INFORMER_BUS_* environment variable.
 # Each capability appends its entry here (explicit imports: the CLI is the top layer).
 SUBCOMMANDS: list[Subcommand] = []
 SUBCOMMANDS.append(APISERVER_SIM)
+SUBCOMMANDS.append(
+    Subcommand(
+        name="reflector",
+        help=reflector_cli.HELP,
+        configure=reflector_cli.configure_parser,
+        run=reflector_cli.run,
+    )
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

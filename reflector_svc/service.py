@@ -1,0 +1,261 @@
+"""One reflector process: every configured resource, leader-elected, with metrics and probes.
+
+Per resource, a :class:`~common.lease.LeaderElector` competes for the resource's lease; while
+this replica leads, a :class:`~reflector_svc.reflector.Reflector` lists and watches and a
+retention loop trims the shard streams. Replicas that do not lead stand by, ready to take over
+within one lease duration. Shutdown (SIGTERM, Ctrl-C, :meth:`ReflectorService.stop`) interrupts
+the watches, lets the in-flight batch finish publishing, releases the leases at once so a
+standby takes over without waiting for them to expire, and joins every thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import kubernetes.client
+import redis
+from prometheus_client import CollectorRegistry
+
+from common.lease import LeaderElector, RedisLease, lease_client, unique_holder
+from common.observability import ObservabilityServer
+from common.sharding import ResourceKeys, ShardKeys
+from reflector_svc.kube import KubeSource, load_api_client
+from reflector_svc.metrics import ReflectorMetrics
+from reflector_svc.publisher import FencedError, ShardPublisher
+from reflector_svc.reflector import Reflector
+from reflector_svc.resources import ResolvedResource, ResourceSpec, resolve
+from reflector_svc.retention import RetentionLoop, TrimResult
+from reflector_svc.settings import ReflectorSettings
+from reflector_svc.transform import build_transform
+
+__all__ = ["ReflectorService", "redis_password"]
+
+log = logging.getLogger(__name__)
+
+
+def redis_password(url: str) -> str | None:
+    """The password in a Redis URL, so logging can redact it."""
+    return urlsplit(url).password
+
+
+@dataclass
+class _ResourceRunner:
+    """Everything that serves one resource in this process."""
+
+    resolved: ResolvedResource
+    reflector: Reflector
+    publisher: ShardPublisher
+    elector: LeaderElector | None = None
+
+
+class ReflectorService:
+    """Builds and runs the reflectors of one process; :meth:`start` returns at once."""
+
+    def __init__(
+        self,
+        settings: ReflectorSettings,
+        *,
+        api_client: kubernetes.client.ApiClient | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if not settings.resource:
+            raise ValueError("no resource to reflect: give at least one --resource")
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.metrics = ReflectorMetrics(self.registry)
+        self._owns_api_client = api_client is None
+        self.api_client = api_client or load_api_client(
+            kubeconfig=settings.kubeconfig,
+            context=settings.context,
+            in_cluster=settings.in_cluster,
+            url=settings.kube_url,
+        )
+        # Publishing never blocks server-side, so a short socket timeout is safe; leases get
+        # their own client (lease_client) with retries off, see common.lease.
+        self.redis: redis.Redis = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=30, socket_connect_timeout=5,
+            health_check_interval=15,
+        )  # fmt: skip
+        # A lease call must end before the lease can expire after the renew deadline.
+        margin = settings.lease_duration - settings.renew_deadline
+        self.lease_redis = lease_client(settings.redis_url, timeout=min(2.0, margin / 2.5))
+        self.holder = unique_holder(settings.identity)
+        self._runners: list[_ResourceRunner] = []
+        self._stopping = threading.Event()
+        self._server: ObservabilityServer | None = None
+        try:
+            for text in settings.resource:
+                self._runners.append(self._build_runner(ResourceSpec.parse(text)))
+        except BaseException:
+            self._close_clients()
+            raise
+
+    def _build_runner(self, spec: ResourceSpec) -> _ResourceRunner:
+        resolved = resolve(self.api_client, spec)
+        resource_id = spec.resource_id
+        publisher = ShardPublisher(
+            self.redis,
+            prefix=self.settings.prefix,
+            resource=resource_id,
+            shard_count=self.settings.shard_count,
+        )
+        transform = build_transform(
+            is_secret=resolved.kind == "Secret" and spec.group == "",
+            strip_managed=self.settings.strip_managed_fields,
+            allow_secret_data=self.settings.allow_secret_data,
+            user_transform=self.settings.transform,
+        )
+        reflector = Reflector(
+            resource=resource_id,
+            kind=resolved.kind,
+            source=KubeSource(self.api_client, resolved),
+            sink=publisher,
+            settings=self.settings,
+            metrics=self.metrics,
+            transform=transform,
+        )
+        return _ResourceRunner(resolved=resolved, reflector=reflector, publisher=publisher)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._server = ObservabilityServer(
+            self.registry,
+            healthz=self.healthz,
+            readyz=self.readyz,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+        )
+        self._server.start()
+        for runner in self._runners:
+            keys = ResourceKeys(self.settings.prefix, runner.reflector.resource)
+            lease = RedisLease(
+                self.lease_redis,
+                key=keys.leader,
+                epoch_key=keys.epoch,
+                holder=self.holder,
+                duration=self.settings.lease_duration,
+            )
+            runner.elector = LeaderElector(
+                lease,
+                renew_deadline=self.settings.renew_deadline,
+                retry_period=self.settings.retry_period,
+                on_started_leading=functools.partial(self._lead, runner),
+                on_stopped_leading=functools.partial(self._stopped_leading, runner),
+            )
+            runner.elector.start()
+        log.info(
+            "reflector %s started for %s; metrics and probes on %s",
+            self.holder,
+            ", ".join(r.reflector.resource for r in self._runners),
+            self._server.url,
+        )
+
+    def stop(self) -> None:
+        """Stop watching, finish the batch in flight, release leases, join every thread."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        for runner in self._runners:
+            runner.reflector.interrupt()
+        for runner in self._runners:
+            if runner.elector is not None:
+                runner.elector.stop()
+        if self._server is not None:
+            self._server.stop()
+        self._close_clients()
+        log.info("reflector %s stopped", self.holder)
+
+    def _close_clients(self) -> None:
+        self.redis.close()
+        self.lease_redis.close()
+        if self._owns_api_client:
+            self.api_client.close()
+
+    @property
+    def url(self) -> str:
+        """Where /metrics, /healthz and /readyz are served (after :meth:`start`)."""
+        if self._server is None:
+            raise RuntimeError("the service is not started")
+        return self._server.url
+
+    # --- leadership -----------------------------------------------------------------------
+
+    def _lead(self, runner: _ResourceRunner, epoch: int, stop: threading.Event) -> None:
+        """Runs in the elector's worker thread for one term of leadership."""
+        reflector = runner.reflector
+
+        def interrupt_on_stop() -> None:
+            stop.wait()
+            reflector.interrupt()
+
+        guard = threading.Thread(
+            target=interrupt_on_stop, name=f"reflector-guard[{reflector.resource}]#{epoch}"
+        )
+        guard.start()
+        retention = RetentionLoop(
+            self.redis,
+            prefix=self.settings.prefix,
+            resource=reflector.resource,
+            shard_count=self.settings.shard_count,
+            min_entries=self.settings.retention_min_entries,
+            hard_max_entries=self.settings.retention_max_entries,
+            interval=self.settings.retention_interval,
+            on_result=functools.partial(self._count_trim, reflector.resource),
+        )
+        retention.start()
+        try:
+            reflector.run(epoch, stop)
+        except FencedError as exc:
+            log.warning("%s: fenced by a newer leader (%s); stepping down", reflector.resource, exc)
+            if runner.elector is not None:
+                runner.elector.step_down(epoch)
+        finally:
+            stop.set()
+            guard.join()
+            retention.stop()
+
+    def _count_trim(self, resource: str, keys: ShardKeys, result: TrimResult) -> None:
+        """Retention results into metrics (the loop itself logs forced trims)."""
+        if result.trimmed:
+            self.metrics.trimmed.labels(resource=resource).inc(result.trimmed)
+        if result.forced:
+            self.metrics.forced_trims.labels(resource=resource).inc()
+
+    def _stopped_leading(self, runner: _ResourceRunner) -> None:
+        runner.reflector.synced.clear()
+        log.info("%s: no longer leading", runner.reflector.resource)
+
+    @property
+    def resources(self) -> list[str]:
+        return [r.reflector.resource for r in self._runners]
+
+    def is_synced(self, resource: str | None = None) -> bool:
+        """Whether this replica leads and has synced ``resource`` (every resource if None)."""
+        return all(
+            r.reflector.synced.is_set()
+            for r in self._runners
+            if resource is None or r.reflector.resource == resource
+        )
+
+    # --- probes ---------------------------------------------------------------------------
+
+    def healthz(self) -> tuple[bool, str]:
+        if self._stopping.is_set():
+            return False, "stopping"
+        return True, "ok"
+
+    def readyz(self) -> tuple[bool, str]:
+        """Ready when every resource this replica leads is synced; a standby is ready."""
+        waiting = [
+            r.reflector.resource
+            for r in self._runners
+            if r.elector is not None and r.elector.is_leader and not r.reflector.synced.is_set()
+        ]
+        if waiting:
+            return False, "syncing: " + ", ".join(waiting)
+        return True, "ok"

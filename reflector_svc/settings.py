@@ -1,0 +1,148 @@
+"""The reflector's settings: every knob, from flags or ``INFORMER_BUS_*`` env vars.
+
+Defaults are client-go's where client-go has one (page size, watch timeouts, backoff, leader
+election), so operators who know Go controllers meet no surprises.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from common.settings import SettingsError
+
+__all__ = ["ENV_PREFIX", "ReflectorSettings"]
+
+ENV_PREFIX = "INFORMER_BUS_"
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}-reflector"
+
+
+@dataclass(frozen=True)
+class ReflectorSettings:
+    """Everything one reflector process needs."""
+
+    resource: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "resource to reflect: PLURAL[.VERSION[.GROUP]][@NAMESPACE][?labelSelector="
+            "..&fieldSelector=..], e.g. pods, deployments.v1.apps, widgets.v1.example.com@shop",
+            "metavar": "SPEC",
+        },
+    )
+    redis_url: str = field(
+        default="redis://127.0.0.1:6379/0",
+        metadata={"help": "Redis to publish to (redis:// or rediss://)", "metavar": "URL"},
+    )
+    prefix: str = field(default="ib", metadata={"help": "prefix of every Redis key"})
+    shard_count: int = field(
+        default=16,
+        metadata={"help": "shards per resource (fixed, like partitions)", "metavar": "N"},
+    )
+    kube_url: str | None = field(
+        default=None,
+        metadata={"help": "Kubernetes API URL without auth (a simulator or kubectl proxy)"},
+    )
+    kubeconfig: str | None = field(
+        default=None, metadata={"help": "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"}
+    )
+    context: str | None = field(default=None, metadata={"help": "kubeconfig context to use"})
+    in_cluster: bool = field(
+        default=False, metadata={"help": "use the pod's service account (in-cluster config)"}
+    )
+    page_size: int = field(default=500, metadata={"help": "LIST page size", "metavar": "N"})
+    watch_list: bool = field(
+        default=False,
+        metadata={"help": "try streaming lists (sendInitialEvents) before paginated LIST"},
+    )
+    watch_timeout_min: int = field(
+        default=300, metadata={"help": "shortest server-side watch timeout, seconds"}
+    )
+    watch_timeout_max: int = field(
+        default=600, metadata={"help": "longest server-side watch timeout, seconds"}
+    )
+    inactivity_timeout: float = field(
+        default=90.0,
+        metadata={"help": "reconnect a watch that sent no bytes (bookmarks included) this long"},
+    )
+    request_timeout: float = field(
+        default=60.0, metadata={"help": "timeout of one LIST page request, seconds"}
+    )
+    backoff_initial: float = field(default=0.8, metadata={"help": "first retry delay, seconds"})
+    backoff_max: float = field(default=30.0, metadata={"help": "longest retry delay, seconds"})
+    backoff_reset: float = field(
+        default=120.0, metadata={"help": "forget past failures after this many quiet seconds"}
+    )
+    batch_max: int = field(
+        default=500, metadata={"help": "most deltas published per Redis round trip"}
+    )
+    checkpoint_interval: float = field(
+        default=5.0,
+        metadata={"help": "advance every shard's checkpoint at least this often while watching"},
+    )
+    lease_duration: float = field(default=15.0, metadata={"help": "leader lease, seconds"})
+    renew_deadline: float = field(
+        default=10.0, metadata={"help": "give up leadership after failing to renew this long"}
+    )
+    retry_period: float = field(default=2.0, metadata={"help": "leader election retry, seconds"})
+    identity: str = field(
+        default_factory=_default_identity, metadata={"help": "this replica's name in leases"}
+    )
+    strip_managed_fields: bool = field(
+        default=True, metadata={"help": "drop metadata.managedFields before publishing"}
+    )
+    transform: str | None = field(
+        default=None,
+        metadata={"help": "extra transform MODULE:FUNCTION applied to every object"},
+    )
+    allow_secret_data: bool = field(
+        default=False,
+        metadata={"help": "publish Secret data/stringData instead of redacting it"},
+    )
+    max_object_bytes: int = field(
+        default=1_500_000, metadata={"help": "skip (and count) objects larger than this"}
+    )
+    retention_min_entries: int = field(
+        default=10_000, metadata={"help": "keep at least this many entries per shard stream"}
+    )
+    retention_max_entries: int = field(
+        default=1_000_000,
+        metadata={"help": "hard cap per shard stream, even if a consumer group lags"},
+    )
+    retention_interval: float = field(
+        default=30.0, metadata={"help": "seconds between stream trims"}
+    )
+    http_host: str = field(default="0.0.0.0", metadata={"help": "metrics/health bind address"})
+    http_port: int = field(
+        default=8080, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
+    )
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
+    log_json: bool = field(default=False, metadata={"help": "log JSON lines"})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "shard_count", "page_size", "watch_timeout_min", "inactivity_timeout",
+            "request_timeout", "backoff_initial", "batch_max", "checkpoint_interval",
+            "lease_duration", "renew_deadline", "retry_period", "max_object_bytes",
+            "retention_max_entries", "retention_interval",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.watch_timeout_max < self.watch_timeout_min:
+            raise SettingsError("watch_timeout_max must be >= watch_timeout_min")
+        if self.backoff_max < self.backoff_initial:
+            raise SettingsError("backoff_max must be >= backoff_initial")
+        if not self.renew_deadline < self.lease_duration:
+            raise SettingsError("renew_deadline must be shorter than lease_duration")
+        if not self.retry_period * 1.2 < self.renew_deadline:  # common.lease's jitter rule
+            raise SettingsError("retry_period must be shorter than renew_deadline / 1.2")
+        if self.retention_min_entries < 0:
+            raise SettingsError("retention_min_entries must be >= 0")
+        if not 0 <= self.http_port <= 65535:
+            raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")
+        sources = sum((self.kube_url is not None, self.in_cluster, self.kubeconfig is not None))
+        if sources > 1:
+            raise SettingsError("choose one of --kube-url, --in-cluster, --kubeconfig")

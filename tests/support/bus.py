@@ -1,0 +1,503 @@
+"""Read back what a reflector published, for tests (layout: ``docs/architecture.md``).
+
+* :class:`Bus`: one resource's shard streams decoded with :mod:`common.wire`, grouped per key in
+  stream order; the known state (``versions`` and ``objects``); checkpoints, fences and the
+  leader lease.
+* Checks that return a list of problems (empty when fine), so an assertion shows all of them:
+  :func:`duplicate_problems`, :func:`order_problems`, :func:`known_state_problems`,
+  :func:`history_problems` (published deltas against the API server's event history) and
+  :func:`republish_problems` (nothing unchanged re-published after a restart).
+* :func:`wait_until`: poll a condition with a generous timeout instead of sleeping.
+* :class:`ReflectorProcess`: ``python -m reflector_svc`` as a child process with its log in a
+  file, for kill -9 / SIGSTOP / SIGTERM tests.
+
+Resource versions are compared as integers, as the publisher does (etcd revisions). Stream
+entries are read with a client that does not decode responses (envelopes are bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TypeVar
+
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys
+from common.wire import FIELD, DeltaEnvelope, decode_envelope
+
+__all__ = [
+    "Bus",
+    "Entry",
+    "History",
+    "ReflectorProcess",
+    "as_history",
+    "duplicate_problems",
+    "history_problems",
+    "known_state_problems",
+    "order_problems",
+    "republish_problems",
+    "wait_until",
+]
+
+T = TypeVar("T")
+
+History = Mapping[str, Sequence[tuple[str, str]]]
+"""Per key, in order: ``(type, rv)`` with the delta type's client-go spelling (``Added``,
+``Updated``, ``Deleted``), e.g. an API server's watch events mapped to deltas."""
+
+
+def wait_until(
+    predicate: Callable[[], T | None],
+    timeout: float,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Call ``predicate`` every ``interval`` seconds until it returns something truthy (returned)
+    or ``timeout`` seconds passed (``AssertionError`` naming ``message`` and the last value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {text} (last: {value!r})"
+            )
+        time.sleep(interval)
+
+
+# --- reading the bus -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decoded stream entry."""
+
+    shard: int
+    stream_id: str
+    raw: bytes
+    """The envelope exactly as stored (what ``objects`` holds for the key's last delta)."""
+    envelope: DeltaEnvelope
+
+    @property
+    def type(self) -> str:
+        """``Added``, ``Updated`` or ``Deleted``."""
+        return self.envelope.type.value
+
+    @property
+    def key(self) -> str:
+        return self.envelope.key
+
+    @property
+    def rv(self) -> str:
+        return self.envelope.resource_version
+
+    @property
+    def tombstone(self) -> bool:
+        return self.envelope.tombstone
+
+    @property
+    def is_deletion(self) -> bool:
+        return self.type == "Deleted"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Bus:
+    """One resource's shards in Redis, read-only. ``client`` must not decode responses."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        resource: str = "pods",
+        *,
+        shard_count: int,
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        self.client = client
+        self.keys = ResourceKeys(prefix, resource)
+        self.shards = tuple(ShardKeys(prefix, resource, shard) for shard in range(shard_count))
+
+    # streams
+
+    def entries(self, shard: int, after: str | None = None, chunk: int = 5000) -> list[Entry]:
+        """The shard's stream, oldest first (only entries after stream ID ``after`` if given)."""
+        stream = self.shards[shard].stream
+        start = "-" if after is None else f"({after}"
+        result: list[Entry] = []
+        while True:
+            page: list[tuple[bytes, dict[bytes, bytes]]] = self.client.xrange(  # type: ignore[assignment]
+                stream, min=start, max="+", count=chunk
+            )
+            for stream_id, fields in page:
+                raw = fields[FIELD]
+                result.append(Entry(shard, _text(stream_id), raw, decode_envelope(raw)))
+            if len(page) < chunk:
+                return result
+            start = f"({result[-1].stream_id}"
+
+    def all_entries(self, after: Mapping[int, str] | None = None) -> list[Entry]:
+        """Every shard's entries, shard by shard, each in stream order; ``after`` maps a shard
+        to a stream ID (see :meth:`positions`) to read only what came later."""
+        result: list[Entry] = []
+        for keys in self.shards:
+            result += self.entries(keys.shard, None if after is None else after.get(keys.shard))
+        return result
+
+    def by_key(self, entries: Iterable[Entry] | None = None) -> dict[str, list[Entry]]:
+        """Entries grouped per key, each key's in stream order (a key lives on one shard)."""
+        grouped: dict[str, list[Entry]] = {}
+        for entry in self.all_entries() if entries is None else entries:
+            grouped.setdefault(entry.key, []).append(entry)
+        return grouped
+
+    def positions(self) -> dict[int, str]:
+        """The last stream ID of every shard (``0-0`` when empty): a bookmark for
+        :meth:`all_entries` ``after=`` to read only what is published later."""
+        positions: dict[int, str] = {}
+        for keys in self.shards:
+            last: list[tuple[bytes, object]] = self.client.xrevrange(keys.stream, count=1)  # type: ignore[assignment]
+            positions[keys.shard] = _text(last[0][0]) if last else "0-0"
+        return positions
+
+    def length(self) -> int:
+        """Entries over all shard streams."""
+        return sum(int(self.client.xlen(keys.stream)) for keys in self.shards)
+
+    def settle(self, quiet: float = 0.3, timeout: float = 10.0) -> int:
+        """Wait until no stream grows for ``quiet`` seconds; returns the total length.
+
+        After a writer is killed, Redis still executes the commands that had reached its
+        socket: call this before taking a "what the dead writer left" snapshot.
+        """
+        deadline = time.monotonic() + timeout
+        length = self.length()
+        while True:
+            time.sleep(quiet)
+            now = self.length()
+            if now == length:
+                return now
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the streams still grow after {timeout} s")
+            length = now
+
+    # known state
+
+    def known_versions(self) -> dict[str, str]:
+        """key -> resourceVersion over all shards' ``versions`` hashes."""
+        known: dict[str, str] = {}
+        for keys in self.shards:
+            for key, rv in self.client.hgetall(keys.versions).items():
+                known[_text(key)] = _text(rv)
+        return known
+
+    def known_objects(self) -> dict[str, bytes]:
+        """key -> the last envelope published for it, over all shards' ``objects`` hashes."""
+        known: dict[str, bytes] = {}
+        for keys in self.shards:
+            for key, envelope in self.client.hgetall(keys.objects).items():
+                known[_text(key)] = envelope if isinstance(envelope, bytes) else envelope.encode()
+        return known
+
+    # checkpoints and leadership
+
+    def checkpoints(self) -> list[dict[str, str]]:
+        """Every shard's checkpoint hash (``rv``, ``fence``, ``synced_rv``, ``relisting``)."""
+        return [
+            {_text(k): _text(v) for k, v in self.client.hgetall(keys.checkpoint).items()}
+            for keys in self.shards
+        ]
+
+    def synced(self) -> bool:
+        """Every shard finished a relist (``synced_rv`` set) and none is mid-relist."""
+        return all(
+            "synced_rv" in checkpoint and checkpoint.get("relisting") != "1"
+            for checkpoint in self.checkpoints()
+        )
+
+    def fences(self) -> list[int]:
+        """Every shard's fence (highest leader epoch seen; 0 when never fenced)."""
+        return [int(checkpoint.get("fence", "0")) for checkpoint in self.checkpoints()]
+
+    def leader(self) -> dict[str, str] | None:
+        """The leader lease ``{holder, epoch}``, ``None`` when nobody holds it."""
+        lease = self.client.hgetall(self.keys.leader)
+        return {_text(k): _text(v) for k, v in lease.items()} or None
+
+    def holder(self) -> str | None:
+        """Who holds the leader lease (``identity/pid/random``), ``None`` when nobody."""
+        lease = self.leader()
+        return None if lease is None else lease.get("holder")
+
+    def epoch(self) -> int:
+        """The leader epoch counter (0 before any election)."""
+        value = self.client.get(self.keys.epoch)
+        return 0 if value is None else int(value)
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def as_history(by_key: Mapping[str, Sequence[Entry]]) -> dict[str, list[tuple[str, str]]]:
+    """Published entries as a :data:`History`, to compare with an API server's events."""
+    return {key: [(e.type, e.rv) for e in entries] for key, entries in by_key.items()}
+
+
+def duplicate_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
+    """Keys on which one ``(type, rv)`` was published more than once."""
+    problems = []
+    for key, entries in by_key.items():
+        seen: set[tuple[str, str]] = set()
+        for entry in entries:
+            if (entry.type, entry.rv) in seen:
+                problems.append(f"{key}: {entry.type}@{entry.rv} published twice")
+            seen.add((entry.type, entry.rv))
+    return problems
+
+
+def order_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
+    """Per key, in stream order: resourceVersions strictly increase (a relist tombstone carries
+    the last known object, so it repeats the previous entry's RV), ``Added`` only while the key
+    is absent, ``Updated``/``Deleted`` only while it is present."""
+    problems = []
+    for key, entries in by_key.items():
+        present = False
+        previous: Entry | None = None
+        for entry in entries:
+            where = f"{key}: {entry.type}@{entry.rv} (stream id {entry.stream_id})"
+            if entry.tombstone:
+                if previous is None or entry.rv != previous.rv:
+                    last = None if previous is None else previous.rv
+                    problems.append(f"{where}: tombstone does not carry the last rv {last}")
+            elif previous is not None and int(entry.rv) <= int(previous.rv):
+                problems.append(f"{where}: not after {previous.type}@{previous.rv}")
+            if entry.type == "Added" and present:
+                problems.append(f"{where}: Added while the key is present")
+            if entry.type != "Added" and not present:
+                problems.append(f"{where}: {entry.type} while the key is absent")
+            present = not entry.is_deletion
+            previous = entry
+    return problems
+
+
+def known_state_problems(bus: Bus, by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
+    """The known state agrees with the streams: ``versions`` and ``objects`` hold exactly the
+    keys whose last entry is not a deletion, at that entry's rv, with that entry's envelope."""
+    problems = []
+    versions = bus.known_versions()
+    objects = bus.known_objects()
+    if versions.keys() != objects.keys():
+        problems.append(
+            f"versions and objects disagree on keys: {versions.keys() ^ objects.keys()}"
+        )
+    live = {key: entries[-1] for key, entries in by_key.items() if not entries[-1].is_deletion}
+    for key in versions.keys() - live.keys():
+        problems.append(f"{key}: known at rv {versions[key]} but its stream says absent")
+    for key, last in live.items():
+        if versions.get(key) != last.rv:
+            problems.append(f"{key}: versions has {versions.get(key)}, last entry {last.rv}")
+        if objects.get(key) != last.raw:
+            problems.append(f"{key}: objects does not hold the last published envelope")
+    return problems
+
+
+def history_problems(
+    by_key: Mapping[str, Sequence[Entry]],
+    events: History,
+    ground_truth: Mapping[str, str],
+) -> list[str]:
+    """The published deltas are a faithful, possibly coarser, account of ``events`` (the API
+    server's history of every key, complete from before the key was created) ending in
+    ``ground_truth`` ({key: rv} of the live objects):
+
+    * every upsert carries an RV the key really had (an ``Added``/``Updated`` event's RV), every
+      watched deletion the RV of a ``Deleted`` event of the key (tombstones: see
+      :func:`order_problems`); no entry for a key that never existed;
+    * a live key's last entry is an upsert at its current RV; a gone key's last is a deletion.
+
+    A relist may skip intermediate versions (that is what a relist diff does); use an exact
+    comparison with :func:`as_history` where nothing may be skipped.
+    """
+    problems = []
+    for key, entries in by_key.items():
+        history = events.get(key, ())
+        upserts = {rv for kind, rv in history if kind != "Deleted"}
+        deletions = {rv for kind, rv in history if kind == "Deleted"}
+        for entry in entries:
+            if entry.tombstone:
+                continue
+            had = deletions if entry.is_deletion else upserts
+            if entry.rv not in had:
+                problems.append(f"{key}: {entry.type}@{entry.rv}: the key never had that rv")
+        last = entries[-1]
+        if key in ground_truth:
+            if last.is_deletion or last.rv != ground_truth[key]:
+                problems.append(
+                    f"{key}: last entry {last.type}@{last.rv}, the object is at {ground_truth[key]}"
+                )
+        elif not last.is_deletion:
+            problems.append(f"{key}: last entry {last.type}@{last.rv}, the object is gone")
+    for key in ground_truth.keys() - by_key.keys():
+        problems.append(f"{key}: live at {ground_truth[key]} but never published")
+    return problems
+
+
+def republish_problems(
+    before: Mapping[str, Sequence[Entry]], after: Iterable[Entry], limit: int = 20
+) -> list[str]:
+    """Entries published after a restart (``after``) that announce no change: an upsert whose RV
+    is not newer than the key's last RV on the stream before the restart (``before``), or a
+    deletion of a key the stream already had deleted (or never had)."""
+    last: dict[str, Entry] = {key: entries[-1] for key, entries in before.items()}
+    problems = []
+    for entry in after:
+        previous = last.get(entry.key)
+        where = f"{entry.key}: {entry.type}@{entry.rv} after the restart"
+        if entry.is_deletion:
+            if previous is None or previous.is_deletion:
+                problems.append(f"{where} deletes a key the stream already had absent")
+        elif previous is not None and int(entry.rv) <= int(previous.rv):
+            problems.append(f"{where}: unchanged since {previous.type}@{previous.rv}")
+        last[entry.key] = entry
+    return problems[:limit]
+
+
+# --- a reflector child process ---------------------------------------------------------------
+
+_PROBES = re.compile(r"metrics and probes on (http://\S+)")
+
+
+class ReflectorProcess:
+    """``python -m reflector_svc ARGS`` with stdout and stderr appended to ``log_path``.
+
+    ``INFORMER_BUS_*`` variables of this environment are not inherited (only ``env``'s), so
+    the flags say everything. :meth:`close` kills it if still running (even when SIGSTOPped)
+    and reaps it: call it from a finalizer.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        base = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
+        self.env = {**base, **(env or {})}
+        self.cwd = cwd or Path(__file__).resolve().parents[2]
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+
+    def start(self) -> ReflectorProcess:
+        self._log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "reflector_svc", *self.args],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    @property
+    def identity(self) -> str | None:
+        """Its ``--identity`` (flag or env var), ``None`` when it uses the default."""
+        if "--identity" in self.args:
+            return self.args[self.args.index("--identity") + 1]
+        return self.env.get("INFORMER_BUS_IDENTITY")
+
+    def holds(self, holder: str | None) -> bool:
+        """Whether ``holder`` (a lease holder, ``identity/pid/random``) is this process."""
+        if holder is None or self.process is None:
+            return False
+        identity, pid, _ = holder.split("/", 2)
+        return pid == str(self.pid) and (self.identity is None or identity == self.identity)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        """Everything it logged so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def url(self, timeout: float = 15.0) -> str:
+        """The base URL of its /metrics, /healthz and /readyz (from its start-up log line)."""
+
+        def found() -> str | None:
+            assert self.running(), f"the reflector exited early:\n{self.log()}"
+            match = _PROBES.search(self.log())
+            return match.group(1) if match else None
+
+        return wait_until(found, timeout, message="the reflector to serve its probes")
+
+    def probe(self, path: str = "/readyz") -> int:
+        """The HTTP status of one of its probes."""
+        try:
+            with urllib.request.urlopen(self.url() + path, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            error.close()
+            return int(error.code)
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of its /metrics (e.g. ``informer_bus_reflector_lists_total``), ``None``
+        when absent."""
+        with urllib.request.urlopen(self.url() + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
+
+    def send(self, signum: signal.Signals) -> None:
+        assert self.process is not None, "not started"
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        self.send(signal.SIGKILL)
+        self.wait(10)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM; returns the exit status (``TimeoutError`` if it does not exit in time)."""
+        self.send(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None, "not started"
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"reflector {self.pid} still runs after {timeout} s") from None
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a stopped process must die too
+            self.process.kill()
+            self.process.wait(10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
