@@ -17,6 +17,7 @@ from types import FrameType
 
 from common.observability import configure_logging
 from common.plugins import PluginError
+from common.runtime import long_lived_heap_gc
 from common.settings import SettingsError, add_flags, settings_from_args
 from reflector_svc.kube import KubeError
 from reflector_svc.resources import UnknownResourceError
@@ -68,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             service.stop()
             return _fail(f"cannot serve metrics on port {settings.http_port}: {exc.strerror}")
-        while not stop.wait(0.5):
-            pass
+        with long_lived_heap_gc():
+            while not stop.wait(0.5):
+                pass
     except KeyboardInterrupt:
         pass
     finally:

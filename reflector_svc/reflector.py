@@ -44,6 +44,7 @@ from reflector_svc.kube import (
     WatchListUnsupportedError,
 )
 from reflector_svc.metrics import ReflectorMetrics
+from reflector_svc.pipeline import PublishPipeline
 from reflector_svc.publisher import FencedError, PendingDelta, PublishResult, ResumePoint
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import Transform
@@ -173,6 +174,7 @@ class Reflector:
         self._stop = threading.Event()
         self._stream_lock = threading.Lock()
         self._stream: WatchStream | None = None
+        self._pipeline: PublishPipeline | None = None
         self.synced = threading.Event()
 
     # --- control --------------------------------------------------------------------------
@@ -206,6 +208,9 @@ class Reflector:
             )
             self._run_loop()
         finally:
+            if self._pipeline is not None:
+                self._pipeline.close()  # the batch in flight and the queue still go out
+                self._pipeline = None
             self._metrics.leader.labels(**self._label).set(0)
 
     def _run_loop(self) -> None:
@@ -221,9 +226,25 @@ class Reflector:
             if delay > 0:
                 self._stop.wait(delay)
 
+    def _fresh_pipeline(self) -> PublishPipeline:
+        """The publishing thread; a failed one (its batch refused) is replaced, and the next
+        attempt resumes from the last resourceVersion Redis confirmed."""
+        if self._pipeline is not None and not self._pipeline.failed:
+            return self._pipeline
+        if self._pipeline is not None:
+            self._pipeline.close()
+        self._pipeline = PublishPipeline(
+            self._publish_now,
+            batch_max=self._settings.batch_max,
+            on_published=self._advance,
+            name=f"publisher[{self.resource}]",
+        )
+        return self._pipeline
+
     def _attempt(self, backoff: Backoff) -> float:
         """One ListAndWatch; returns how long to wait before the next (1.1)."""
         try:
+            self._fresh_pipeline()
             self._list_and_watch()
         except FencedError:
             raise
@@ -279,11 +300,12 @@ class Reflector:
         self._metrics.lists.labels(**self._label).inc()
         if self.synced.is_set():
             self._metrics.relists.labels(**self._label).inc()
+        self._fresh_pipeline().flush()  # the diff must see everything already submitted
         self._sink.begin_relist(self._epoch)
         known = self._sink.known_versions()
         first, requested_rv = self._first_page(self._list_resource_version(known))
         try:
-            published = self._publish_relist(
+            changes = self._publish_relist(
                 self._all_pages(first), known, snapshot_rv=first.resource_version
             )
             list_rv = first.resource_version
@@ -294,13 +316,14 @@ class Reflector:
             self._metrics.expired.labels(**self._label).inc()
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
             known = self._sink.known_versions()
-            published = self._publish_relist(
+            changes = self._publish_relist(
                 self._prepared(page.items), known, snapshot_rv=page.resource_version
             )
             list_rv = page.resource_version
-        self._finish_relist(list_rv, published)
+        self._finish_relist(list_rv, changes)
 
-    def _finish_relist(self, list_rv: str, published: int) -> None:
+    def _finish_relist(self, list_rv: str, changes: int) -> None:
+        self._fresh_pipeline().flush()  # the synced marker must follow every diff delta
         self._sink.finish_relist(self._epoch, list_rv)
         self._needs_list = False
         self._rv_unavailable = False
@@ -308,7 +331,7 @@ class Reflector:
         self._last_checkpoint_rv = list_rv
         self.synced.set()
         self._metrics.synced.labels(**self._label).set(1)
-        log.info("%s: synced at rv %s (%d deltas published)", self.resource, list_rv, published)
+        log.info("%s: synced at rv %s (%d changes published)", self.resource, list_rv, changes)
 
     def _list_resource_version(self, known: Mapping[str, str]) -> str:
         """1.4, with one rule of ours: never list older than what the shards already hold.
@@ -401,10 +424,12 @@ class Reflector:
                 continue
             batch.append(pending)
             if len(batch) >= self._settings.batch_max:
-                published += self._publish(batch, checkpoint_rv=None)
+                self._publish(batch, checkpoint_rv=None)
+                published += len(batch)
                 batch = []
         if batch:
-            published += self._publish(batch, checkpoint_rv=None)
+            self._publish(batch, checkpoint_rv=None)
+            published += len(batch)
         return published
 
     def _last_known_objects(self, keys: list[str]) -> dict[str, Obj | None]:
@@ -422,6 +447,7 @@ class Reflector:
         """1.13: a streaming list (initial events, then the initial-events-end bookmark),
         diffed like a LIST, continuing as the watch on the same stream."""
         self._metrics.lists.labels(**self._label).inc()
+        self._fresh_pipeline().flush()
         self._sink.begin_relist(self._epoch)
         known = self._sink.known_versions()
         initial: list[Obj] = []
@@ -448,6 +474,7 @@ class Reflector:
         raise _RelistNeeded("the watch-list stream ended before its initial events were complete")
 
     def _open_watch(self, reason: str, *, send_initial_events: bool = False) -> WatchStream:
+        self._fresh_pipeline().flush()  # resume exactly after what Redis has confirmed
         self._metrics.watch_restarts.labels(resource=self.resource, reason=reason).inc()
         stream = self._source.watch(
             resource_version=None if send_initial_events else self.last_rv,
@@ -507,15 +534,15 @@ class Reflector:
                 # Publish what is intact, then relist: the bad line may have been a change, so
                 # the checkpoint must not claim that everything up to here is on the streams.
                 if pending:
-                    self._publish(pending, checkpoint_rv=None)
-                    self._advance(pending[-1].resource_version)
+                    rv = pending[-1].resource_version
+                    self._publish(pending, checkpoint_rv=None, progress_rv=rv)
                 return seen
             if pending:
                 rv = pending[-1].resource_version
-                self._publish(pending, checkpoint_rv=rv)
-                self._advance(rv)
+                self._publish(pending, checkpoint_rv=rv, progress_rv=rv)
             if bookmark_rv:
-                self._advance(bookmark_rv)
+                # In order behind the events before it: durable only once they are.
+                self._publish([], checkpoint_rv=None, progress_rv=bookmark_rv)
             self._maybe_checkpoint_all()
             if self._stop.is_set():
                 break
@@ -546,7 +573,19 @@ class Reflector:
             return None
         return PendingDelta(delta_type, key, envelope.resource_version, data)
 
-    def _publish(self, deltas: Sequence[PendingDelta], *, checkpoint_rv: str | None) -> int:
+    def _publish(
+        self,
+        deltas: list[PendingDelta],
+        *,
+        checkpoint_rv: str | None,
+        progress_rv: str | None = None,
+    ) -> None:
+        """Hand a batch to the publishing thread; ``last_rv`` moves to ``progress_rv`` once
+        Redis has confirmed it (see :mod:`reflector_svc.pipeline`)."""
+        self._fresh_pipeline().submit(deltas, checkpoint_rv=checkpoint_rv, progress_rv=progress_rv)
+
+    def _publish_now(self, deltas: Sequence[PendingDelta], checkpoint_rv: str | None) -> None:
+        """Runs on the publishing thread."""
         started = self._monotonic()
         result = self._sink.publish(self._epoch, deltas, checkpoint_rv=checkpoint_rv)
         self._metrics.publish_latency.labels(**self._label).observe(self._monotonic() - started)
@@ -556,7 +595,6 @@ class Reflector:
             )
         if result.skipped:
             self._metrics.deltas_skipped.labels(**self._label).inc(result.skipped)
-        return result.published
 
     def _advance(self, rv: str) -> None:
         self.last_rv = rv
@@ -571,6 +609,10 @@ class Reflector:
             return
         now = self._monotonic()
         if now - self._last_checkpoint_at < self._settings.checkpoint_interval:
+            return
+        self._fresh_pipeline().flush()  # every shard must really have everything up to rv
+        rv = self.last_rv
+        if rv is None:
             return
         self._sink.advance_checkpoints(self._epoch, rv)
         self._last_checkpoint_rv = rv

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import math
 import signal
 import sys
@@ -17,6 +16,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from common.runtime import long_lived_heap_gc
 from informer_bus.apiserver_sim.settings import SettingsError, SimulatorSettings
 from informer_bus.apiserver_sim.simulator import Simulator
 from informer_bus.subcommand import Subcommand
@@ -74,11 +74,6 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     sim = Simulator(settings)
     stop = threading.Event()
-    # This process holds hundreds of thousands of long-lived, acyclic revisions; with the
-    # default thresholds the cyclic collector rescans them all every few seconds of churn
-    # (~10% of the event rate). Young garbage is still collected, just in larger batches.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 10)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
@@ -92,14 +87,15 @@ def _run(args: argparse.Namespace) -> int:
             why = exc.strerror or str(exc)
             return _fail(f"cannot listen on {settings.host}:{settings.port}: {why}")
         print(READY_PREFIX + sim.url, flush=True)
-        while not stop.wait(0.5):
-            pass
+        # Hundreds of thousands of long-lived, acyclic revisions: see common.runtime.
+        with long_lived_heap_gc():
+            while not stop.wait(0.5):
+                pass
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
         sim.stop()
-        gc.set_threshold(*thresholds)
     return 0
 
 

@@ -1,0 +1,172 @@
+"""bench/reflector.py stays runnable: a tiny run reports every reader on both workloads with its
+ratio and target (timings are never checked), and no process it started outlives it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "reflector.py"
+REFLECTOR = "informer-bus reflector"
+READERS = {REFLECTOR, "bare urllib3+orjson", "kubernetes client (models)",
+           "kubernetes SharedInformer"}  # fmt: skip
+WORKLOADS = ("initial list", "watch burst")
+TARGETS = {"kubernetes SharedInformer": 5.0, "bare urllib3+orjson": 0.70}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _start(marker: str, *args: str) -> subprocess.Popen[str]:
+    """The bench with ``marker`` in its environment, which every child inherits."""
+    env = {**os.environ, "BENCH_SMOKE_MARKER": marker}
+    return subprocess.Popen(
+        [sys.executable, str(BENCH), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+
+
+def _finish(process: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # it stops its children on Ctrl-C
+        try:
+            _, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+        pytest.fail(f"the bench did not finish in {timeout} s:\n{err[-3000:]}")
+
+
+def _survivors(marker: str) -> list[str]:
+    """Processes still running with ``marker`` in their environment."""
+    found = []
+    needle = f"BENCH_SMOKE_MARKER={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _assert_no_survivors(marker: str) -> None:
+    deadline = time.monotonic() + 10
+    while (left := _survivors(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes outlived the bench: {left}"
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    marker = uuid.uuid4().hex
+    process = _start(marker, "--pods", "300", "--burst", "300", "--repeat", "1", "--json",
+                     "--quiet")  # fmt: skip
+    out, err = _finish(process)
+    assert process.returncode == 0, err[-3000:]
+    _assert_no_survivors(marker)
+    result: dict[str, Any] = orjson.loads(out)
+    return result
+
+
+def test_every_reader_and_workload_has_a_row_with_its_ratio(report: dict[str, Any]) -> None:
+    rows = {(row["reader"], row["workload"]): row for row in report["rows"]}
+    assert set(rows) == {(reader, workload) for reader in READERS for workload in WORKLOADS}
+    assert len(report["rows"]) == len(rows)
+    for workload in WORKLOADS:
+        ours = rows[(REFLECTOR, workload)]
+        assert ours["ratio"] is None and ours["target_ratio"] is None and ours["met"] is None
+        for reader in READERS:
+            row = rows[(reader, workload)]
+            assert row["events"] == 300
+            assert row["seconds"] > 0 and len(row["runs_seconds"]) == 1
+            assert row["events_per_s"] == pytest.approx(row["events"] / row["seconds"], rel=0.02)
+            if reader == REFLECTOR:
+                continue
+            expected = ours["events_per_s"] / row["events_per_s"]
+            assert row["ratio"] == pytest.approx(expected, rel=0.01, abs=0.002)
+            assert row["target_ratio"] == TARGETS.get(reader)
+            if row["target_ratio"] is None:
+                assert row["met"] is None
+            else:
+                assert row["met"] == (row["ratio"] >= row["target_ratio"])
+
+
+def test_machine_sizes_and_notes_are_reported(report: dict[str, Any]) -> None:
+    assert report["machine"]["cores"] >= 1
+    assert report["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    sizes = report["sizes"]
+    assert (sizes["pods"], sizes["burst"], sizes["slow_pods"], sizes["slow_burst"]) == (
+        300, 300, 300, 300,
+    )  # fmt: skip
+    assert sizes["shards"] == 16 and sizes["page_size"] == 500
+    assert any("unpaginated" in note for note in report["notes"])
+
+
+def _bench_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_reflector", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_table_shows_every_row_with_its_verdict(
+    report: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _bench_module(monkeypatch).print_table(report)
+    lines = capsys.readouterr().out.splitlines()
+    assert any("cores" in line and "Python" in line for line in lines[:2])
+    for row in report["rows"]:
+        [line] = [
+            line for line in lines if line.startswith(f"{row['reader']:28} {row['workload']}")
+        ]
+        assert f" {row['events']:,} " in line and f" {row['seconds']:.2f} " in line
+        if row["met"] is not None:
+            assert line.endswith("met" if row["met"] else "MISSED")
+            assert f"{row['ratio']:.2f}x" in line
+
+
+def test_bad_flags_end_with_a_usage_error() -> None:
+    for flags in (["--pods", "0"], ["--pods", "10", "--slow-pods", "20"]):
+        result = subprocess.run(
+            [sys.executable, str(BENCH), *flags], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_stops_every_child_process() -> None:
+    marker = uuid.uuid4().hex
+    process = _start(marker, "--pods", "20000", "--burst", "300", "--slow-pods", "300",
+                     "--slow-burst", "300", "--repeat", "1")  # fmt: skip
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # progress lines
+        seen.append(line)
+        if "reflector, list then burst" in line:
+            break
+    else:
+        pytest.fail("the bench never reached the reflector:\n" + "".join(seen[-30:]))
+    time.sleep(0.5)  # the reflector child is listing
+    assert _survivors(marker), "expected the simulator, redis-server and reflector running"
+    process.send_signal(signal.SIGINT)
+    _, err = _finish(process, timeout=60)
+    assert process.returncode == 130, err[-3000:]
+    _assert_no_survivors(marker)
