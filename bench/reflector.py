@@ -912,7 +912,8 @@ def notes(results: list[Measurement], sizes: Sizes, profiled: bool) -> list[str]
         "at about the simulator's own write speed.",
         "in-process readers (bare loop, official client, SharedInformer) start from a frozen "
         "heap (gc.collect + gc.freeze), so none pays GC for objects of the bench or of an "
-        "earlier reader; the reflector child does not freeze its heap.",
+        "earlier reader; the reflector child tunes its own GC (common.runtime), as every "
+        "informer-bus service does.",
     ]
     if sizes.slow_pods != sizes.pods or sizes.slow_burst != sizes.burst:
         text.append(

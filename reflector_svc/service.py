@@ -14,7 +14,6 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import kubernetes.client
 import redis
@@ -32,14 +31,9 @@ from reflector_svc.retention import RetentionLoop, TrimResult
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import build_transform
 
-__all__ = ["ReflectorService", "redis_password"]
+__all__ = ["ReflectorService"]
 
 log = logging.getLogger(__name__)
-
-
-def redis_password(url: str) -> str | None:
-    """The password in a Redis URL, so logging can redact it."""
-    return urlsplit(url).password
 
 
 @dataclass

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from common.settings import SettingsError, env_name, load_settings
 
 __all__ = ["ENV_PREFIX", "SettingsError", "SimulatorSettings"]
 
 ENV_PREFIX = "INFORMER_BUS_SIM_"
-
-
-class SettingsError(ValueError):
-    """A setting with an unusable value; its message is one line meant for a human."""
 
 
 @dataclass(frozen=True)
@@ -88,42 +85,15 @@ class SimulatorSettings:
     @classmethod
     def env_name(cls, name: str) -> str:
         """``bookmark_interval`` -> ``INFORMER_BUS_SIM_BOOKMARK_INTERVAL``."""
-        return ENV_PREFIX + name.upper()
+        return env_name(ENV_PREFIX, name)
 
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> SimulatorSettings:
         """Defaults, then env vars, then ``overrides`` (flags given on the command line)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(cls.env_name(f.name))
-            if raw is not None and raw != "":
-                values[f.name] = _parse(f, raw, cls.env_name(f.name))
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return load_settings(cls, ENV_PREFIX, environ, **overrides)
 
     def replace(self, **changes: Any) -> SimulatorSettings:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-
-def _parse(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
-    default: Any = f.default
-    kind = type(default)
-    try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-        return raw
-    except ValueError:
-        raise SettingsError(f"{source}: invalid {kind.__name__} value {raw!r}") from None
