@@ -164,8 +164,14 @@ def test_ctrl_c_stops_every_child_process() -> None:
             break
     else:
         pytest.fail("the bench never reached the reflector:\n" + "".join(seen[-30:]))
-    time.sleep(0.5)  # the reflector child is listing
-    assert _survivors(marker), "expected the simulator, redis-server and reflector running"
+    # Interrupt as soon as the reflector child exists (polling, not a fixed sleep: a fast
+    # reflector can list 20k pods in well under a second).
+    deadline = time.monotonic() + 30
+    while not any("reflector_svc" in cmd for cmd in _survivors(marker)):
+        assert process.poll() is None, "the bench ended before its reflector started"
+        assert time.monotonic() < deadline, "the reflector child never started"
+        time.sleep(0.01)
+    assert len(_survivors(marker)) >= 3, "expected the simulator, redis-server and reflector"
     process.send_signal(signal.SIGINT)
     _, err = _finish(process, timeout=60)
     assert process.returncode == 130, err[-3000:]
