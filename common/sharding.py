@@ -13,6 +13,8 @@ Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7 (
     ib:{pods:7}:objects      hash key -> last envelope published for the key (the known state)
     ib:{pods:7}:checkpoint   hash: rv, fence, synced_rv, relisting
     ib:{pods:7}:lease        who owns (processes) the shard, with its fencing epoch
+    ib:{pods:7}:lease_epoch  the shard's ownership epoch counter (never expires)
+    ib:{pods:7}:dead         dead letters: entries no processor could decode
 
 All keys of a shard share the hash tag ``{pods:7}``, so in Redis Cluster they live in one slot:
 MULTI, Lua and multi-key commands may span them (append a delta, record the known state and move
@@ -20,7 +22,8 @@ the checkpoint in one atomic step; check the fence inside the same write). Diffe
 different tags and so spread over the cluster.
 
 Keys of a resource as a whole (:class:`ResourceKeys`) carry the tag ``{pods}``: the reflector's
-leader lease ``ib:{pods}:leader`` and its epoch counter ``ib:{pods}:epoch``.
+leader lease ``ib:{pods}:leader``, its epoch counter ``ib:{pods}:epoch`` and the processors'
+membership ``ib:{pods}:members``.
 """
 
 from __future__ import annotations
@@ -149,9 +152,36 @@ class ShardKeys:
         """The ownership lease of this shard (holder and fencing epoch)."""
         return f"{self.prefix}:{self.hash_tag}:lease"
 
+    @property
+    def lease_epoch(self) -> str:
+        """The counter that hands out :attr:`lease`'s fencing epochs.
+
+        A separate key because the lease hash expires and the counter must not: an epoch that
+        restarted from 1 after a lapse would let a stale owner's acknowledgements through.
+        """
+        return f"{self.prefix}:{self.hash_tag}:lease_epoch"
+
+    @property
+    def dead_letters(self) -> str:
+        """The dead-letter stream: entries the processor could not decode or apply.
+
+        Each entry carries ``reason``, the original stream ``id`` and the raw payload when there
+        was one. A stream beside the shard's (same hash tag) so that parking an entry and
+        acknowledging it happen in one fenced script.
+        """
+        return f"{self.prefix}:{self.hash_tag}:dead"
+
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this shard (e.g. to delete or inspect a shard as a whole)."""
-        return (self.stream, self.versions, self.objects, self.checkpoint, self.lease)
+        return (
+            self.stream,
+            self.versions,
+            self.objects,
+            self.checkpoint,
+            self.lease,
+            self.lease_epoch,
+            self.dead_letters,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +215,19 @@ class ResourceKeys:
         """The leader epoch counter; never expires, so epochs only grow."""
         return f"{self.prefix}:{self.hash_tag}:epoch"
 
+    @property
+    def members(self) -> str:
+        """The processors' membership: a sorted set of member id -> heartbeat deadline (ms).
+
+        Per resource because each resource is sharded and assigned on its own; the score is a
+        deadline on Redis's clock, so no two machines' clocks are ever compared.
+        """
+        return f"{self.prefix}:{self.hash_tag}:members"
+
     def shard(self, shard: int) -> ShardKeys:
         """The keys of one shard of this resource."""
         return ShardKeys(self.prefix, self.resource, shard)
 
     def all_keys(self) -> tuple[str, ...]:
         """Every resource-wide key (not the shards' keys)."""
-        return (self.leader, self.epoch)
+        return (self.leader, self.epoch, self.members)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from informer_bus import __version__
 from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.subcommand import Subcommand
+from processor_svc import cli as processor_cli
 from reflector_svc import cli as reflector_cli
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
@@ -36,6 +37,14 @@ SUBCOMMANDS.append(
         help=reflector_cli.HELP,
         configure=reflector_cli.configure_parser,
         run=reflector_cli.run,
+    )
+)
+SUBCOMMANDS.append(
+    Subcommand(
+        name="processor",
+        help=processor_cli.HELP,
+        configure=processor_cli.configure_parser,
+        run=processor_cli.run,
     )
 )
 

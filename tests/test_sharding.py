@@ -95,12 +95,16 @@ def test_shard_keys_layout() -> None:
     assert keys.objects == "ib:{pods:7}:objects"
     assert keys.checkpoint == "ib:{pods:7}:checkpoint"
     assert keys.lease == "ib:{pods:7}:lease"
+    assert keys.lease_epoch == "ib:{pods:7}:lease_epoch"
+    assert keys.dead_letters == "ib:{pods:7}:dead"
     assert keys.all_keys() == (
         keys.stream,
         keys.versions,
         keys.objects,
         keys.checkpoint,
         keys.lease,
+        keys.lease_epoch,
+        keys.dead_letters,
     )
 
 
@@ -109,7 +113,8 @@ def test_resource_keys_layout() -> None:
     assert keys.hash_tag == "{deployments.apps}"
     assert keys.leader == "ib:{deployments.apps}:leader"
     assert keys.epoch == "ib:{deployments.apps}:epoch"
-    assert keys.all_keys() == (keys.leader, keys.epoch)
+    assert keys.members == "ib:{deployments.apps}:members"
+    assert keys.all_keys() == (keys.leader, keys.epoch, keys.members)
     assert keys.shard(3) == ShardKeys("ib", "deployments.apps", 3)
     # One slot for the lease and the epoch, so one script can take both.
     assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
@@ -131,7 +136,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in keys.all_keys()}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
-        assert len(set(keys.all_keys())) == 5
+        assert len(set(keys.all_keys())) == 7
         tags |= shard_tags
     assert len(tags) == 32
 

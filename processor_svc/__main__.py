@@ -1,0 +1,5 @@
+import sys
+
+from processor_svc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""``informer-bus processor`` / ``python -m processor_svc``: run a processor until stopped.
+
+Flags come from :class:`~processor_svc.settings.ProcessorSettings`; a user mistake (a bad flag
+value, a handler reference that cannot be loaded) ends with one line on stderr and exit status
+2, never a traceback. SIGTERM and Ctrl-C drain the handlers, acknowledge and hand the shards
+over at once (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from common.observability import configure_logging
+from common.plugins import PluginError
+from common.service_runner import fail, run_until_signalled, url_secrets
+from common.settings import SettingsError, add_flags, settings_from_args
+from processor_svc.service import ProcessorService
+from processor_svc.settings import ENV_PREFIX, ProcessorSettings
+
+__all__ = ["HELP", "PROGRAM", "configure_parser", "main", "run"]
+
+HELP = (
+    "Consume a resource's shard streams into per-shard indexed caches and run your handlers "
+    "and controllers; start more processors to scale out (shards rebalance by themselves)."
+)
+PROGRAM = "informer-bus processor"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        HELP + " Every flag can also be set with the INFORMER_BUS_<NAME> environment variable "
+        "shown in its help; flags win over the environment."
+    )
+    add_flags(parser, ProcessorSettings, ENV_PREFIX)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
+        configure_logging(
+            settings.log_level, settings.log_json, redact=url_secrets(settings.redis_url)
+        )
+        service = ProcessorService(settings)
+    except (SettingsError, PluginError, ValueError) as exc:
+        return fail(PROGRAM, str(exc))
+    return run_until_signalled(service, program=PROGRAM)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m processor_svc", description=HELP)
+    configure_parser(parser)
+    return run(parser.parse_args(argv))

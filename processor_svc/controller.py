@@ -1,0 +1,289 @@
+"""The controller pattern (client-go's ``NewController``): events in, keys queued, reconcile out.
+
+Event handlers run on the processor's dispatch path, where every millisecond delays the shard
+and its stream acknowledgement. A controller therefore does no work in ``on_add``/``on_update``/
+``on_delete``: it puts the object's *key* on a rate-limiting workqueue and returns. Worker
+threads take keys off the queue and call :meth:`Controller.reconcile`, which reads the *current*
+state from the lister and makes the world match it. The workqueue supplies the rest
+(reference 6): a key waiting once absorbs any number of events for it, one key is never
+reconciled by two workers at once, and failures come back later with per-key exponential
+backoff instead of hot-looping.
+
+Usage, as a ``--handler`` target (``--handler mypkg.controllers:ReplicaChecker``)::
+
+    class ReplicaChecker(Controller):
+        workers = 4
+
+        def reconcile(self, key: str) -> None:
+            obj = self.lister.get_by_key(key)
+            if obj is None:
+                ...  # deleted: clean up what you keep for key
+                return
+            ...  # make the world match obj; raise to retry with backoff
+
+Lifecycle: construction creates the queue (which starts its own timer thread). Workers start in
+:meth:`Controller.start`, called by the processor (``handlers.start_handlers``) before the first
+shard is attached; events that arrive earlier are queued, not lost. They were deliberately not
+started lazily on the first event: the thread count of a process should not depend on whether
+traffic happened, and the worker threads must be stopped by someone who knows they exist.
+By default each worker first waits for the lister's cache sync, as client-go controllers wait
+for ``HasSynced``, so a reconcile never judges a half-loaded cache. :meth:`Controller.stop`
+shuts the queue down, lets workers finish the key in hand and the keys already queued (client-go's
+drain), drops retries that are not due yet, and joins the workers; always call it, even if the
+controller was never started.
+
+The delivery guarantee handlers get (docs/architecture.md) ends at ``on_*`` returning: a stream
+entry is acknowledged once its key is *queued*, not reconciled. If the process dies with keys
+still queued, the shard's next owner re-delivers every live object as an initial list, so live
+keys are reconciled again; a queued *deletion* is not re-delivered. That is client-go's contract
+too: cleanup that must happen belongs behind a finalizer, not only in the delete path.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from common.handlers import ResourceEventHandler
+from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.rate_limiters import RateLimiter
+from common.workqueue import QueueShutDown, RateLimitingQueue
+from processor_svc.handlers import HandlerContext
+from processor_svc.lister import ShardedLister
+
+__all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
+
+DEFAULT_WORKERS = 2
+DEFAULT_MAX_RETRIES = 5
+"""Retries after the first failure before giving up: client-go's sample-controller pattern."""
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+class Controller(abc.ABC):
+    """Base for controllers: subclass, implement :meth:`reconcile`, name it as a ``--handler``.
+
+    Settings come from class attributes, which a ``--handler`` target can only set that way, or
+    from the constructor's keyword arguments, which win:
+
+    * ``name``: the workqueue's name (its metrics' ``name`` label) and the logger suffix;
+      default: the class name in snake case.
+    * ``workers``: reconcile threads (default 2). One key is never reconciled concurrently.
+    * ``max_retries``: retries after a failure before giving up on a key (default 5, so at most
+      6 attempts); giving up logs an error and forgets the key's backoff. A later event for the
+      key starts over.
+    * ``rate_limiter``: spaces the retries. Default: the queue's own limiter, which the context's
+      workqueue factory chose (client-go's default controller rate limiter unless configured).
+    * ``wait_for_sync``: workers wait for the lister's cache sync before the first reconcile.
+    * ``reconcile_only_owned``: when the lister knows the shard count, skip (and forget) a key
+      whose shard this processor no longer owns, because the lister would show it as absent
+      although it was only handed over; its new owner re-delivers and reconciles it. Turn it off
+      if you enqueue keys that are not keys of this resource (e.g. an owner's key).
+    """
+
+    name: str = ""
+    workers: int = DEFAULT_WORKERS
+    max_retries: int = DEFAULT_MAX_RETRIES
+    wait_for_sync: bool = True
+    reconcile_only_owned: bool = True
+
+    def __init__(
+        self,
+        context: HandlerContext,
+        *,
+        name: str | None = None,
+        workers: int | None = None,
+        max_retries: int | None = None,
+        rate_limiter: RateLimiter[str] | None = None,
+        wait_for_sync: bool | None = None,
+        reconcile_only_owned: bool | None = None,
+    ) -> None:
+        self.context = context
+        self.lister: ShardedLister = context.lister
+        # Instance attributes shadow the class defaults, so each instance shows what it uses.
+        cls = type(self)
+        self.name = name or cls.name or _snake_case(cls.__name__)
+        self.workers = cls.workers if workers is None else workers
+        self.max_retries = cls.max_retries if max_retries is None else max_retries
+        self.wait_for_sync = cls.wait_for_sync if wait_for_sync is None else wait_for_sync
+        self.reconcile_only_owned = (
+            cls.reconcile_only_owned if reconcile_only_owned is None else reconcile_only_owned
+        )
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        self.logger = context.logger.getChild(self.name)
+        self._rate_limiter = rate_limiter
+        self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+
+    # --- what subclasses implement ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def reconcile(self, key: str) -> None:
+        """Make the world match the cached state of ``key``; raise to retry with backoff.
+
+        Runs on a worker thread, never concurrently for the same key. Read the state from
+        ``self.lister`` (``None`` means deleted); never trust an event's payload to still be
+        current, and never mutate what the lister returns. Must be idempotent: a key can be
+        reconciled again at any time (retries, resyncs, takeovers).
+        """
+
+    # --- the ResourceEventHandler side --------------------------------------------------------
+
+    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        self.enqueue(self.key_of(obj))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.enqueue(self.key_of(new))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.enqueue(self.key_of(obj))
+
+    def key_of(self, obj: Obj | DeletedFinalStateUnknown) -> str:
+        """The queue key of an object or tombstone (client-go's DeletionHandling key func)."""
+        return deletion_handling_meta_namespace_key(obj)
+
+    def enqueue(self, key: str) -> None:
+        """Queue ``key`` for reconciling; a no-op if it is already waiting or after stop."""
+        self.queue.add(key)
+
+    def enqueue_after(self, key: str, delay_seconds: float) -> None:
+        """Queue ``key`` after a delay, e.g. to re-check something that is expected to change."""
+        self.queue.add_after(key, delay_seconds)
+
+    # --- retries -------------------------------------------------------------------------------
+
+    def num_requeues(self, key: str) -> int:
+        """Failures currently recorded for ``key`` (0 after a success or after giving up)."""
+        if self._rate_limiter is not None:
+            return self._rate_limiter.num_requeues(key)
+        return self.queue.num_requeues(key)
+
+    def _forget(self, key: str) -> None:
+        if self._rate_limiter is not None:
+            self._rate_limiter.forget(key)
+        self.queue.forget(key)
+
+    def _requeue_rate_limited(self, key: str) -> None:
+        if self._rate_limiter is not None:
+            self.queue.add_after(key, self._rate_limiter.when(key))
+        else:
+            self.queue.add_rate_limited(key)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads (idempotent). Raises ``RuntimeError`` after :meth:`stop`."""
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"controller {self.name!r} was stopped; it cannot restart")
+            if self._threads:
+                return
+            self._threads = [
+                threading.Thread(
+                    target=self._run_worker,
+                    name=f"controller[{self.name}]-worker-{index}",
+                    # A reconcile stuck past stop(timeout) must not hang interpreter exit.
+                    daemon=True,
+                )
+                for index in range(self.workers)
+            ]
+            for thread in self._threads:
+                thread.start()
+        self.logger.info("started %d workers", self.workers, extra={"controller": self.name})
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Shut the queue down, drain it and join the workers; ``False`` if ``timeout`` ran out.
+
+        Keys in hand and keys already queued are reconciled (client-go's drain); retries not
+        yet due are dropped. Workers still waiting for cache sync exit without reconciling.
+        Idempotent.
+        """
+        with self._lock:
+            self._stopped = True
+            threads = list(self._threads)
+        self._stop.set()
+        self.queue.shut_down()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # A reconcile may call stop(); its own worker ends when it returns, so do not join it.
+        others = [thread for thread in threads if thread is not threading.current_thread()]
+        for thread in others:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in others)
+
+    @property
+    def running(self) -> bool:
+        """Whether any worker thread is alive."""
+        with self._lock:
+            return any(thread.is_alive() for thread in self._threads)
+
+    # --- workers -------------------------------------------------------------------------------
+
+    def _run_worker(self) -> None:
+        if self.wait_for_sync and not self.lister.wait_for_cache_sync(stop=self._stop):
+            self.logger.info("stopped before the cache synced; not reconciling")
+            return
+        while True:
+            try:
+                key = self.queue.get()
+            except QueueShutDown:
+                return
+            try:
+                self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        if self._shard_moved_away(key):
+            self.logger.debug("skipping %s: its shard is no longer owned here", key)
+            self._forget(key)
+            return
+        try:
+            self.reconcile(key)
+        except Exception as exc:
+            self._handle_error(key, exc)
+        else:
+            self._forget(key)
+
+    def _shard_moved_away(self, key: str) -> bool:
+        if not self.reconcile_only_owned or self.lister.shard_count is None:
+            return False
+        return not self.lister.owns(key)
+
+    def _handle_error(self, key: str, exc: Exception) -> None:
+        failures = self.num_requeues(key)
+        fields = {"controller": self.name, "key": key, "failures": failures + 1}
+        if failures < self.max_retries:
+            if self.queue.shutting_down():
+                self.logger.warning(
+                    "reconcile of %s failed during shutdown, not retrying: %s: %s",
+                    key, type(exc).__name__, exc, extra=fields,
+                )  # fmt: skip
+                return
+            self.logger.warning(
+                "reconcile of %s failed (attempt %d), retrying: %s: %s",
+                key, failures + 1, type(exc).__name__, exc, extra=fields,
+            )  # fmt: skip
+            self._requeue_rate_limited(key)
+            return
+        self._forget(key)
+        self.logger.error(
+            "giving up on %s after %d retries: %s: %s",
+            key, self.max_retries, type(exc).__name__, exc, extra=fields, exc_info=exc,
+        )  # fmt: skip
+
+
+if TYPE_CHECKING:
+
+    def _controller_is_a_handler(controller: Controller) -> ResourceEventHandler:
+        return controller

@@ -1,0 +1,542 @@
+"""Which shards this processor owns: membership, assignment and per-shard leases in one loop.
+
+docs/architecture.md ("Processing") specifies the contract; this module keeps it. Every
+processor runs one :class:`ShardOwnership` per resource. Its coordinator thread heartbeats into
+the resource's members (:class:`~processor_svc.membership.Membership`), reads the live members
+and the holder of every shard lease, lets :func:`~processor_svc.assignment.assign_shards` decide
+who *should* own each shard, and then makes it so with one :class:`~common.lease.RedisLease` per
+shard (``ib:{R:S}:lease`` with epochs from ``ib:{R:S}:lease_epoch``):
+
+* a shard that is no longer ours: ``on_lost(shard)`` first -- the caller stops applying and
+  acknowledges before it returns -- and only then the lease is released, so the next owner,
+  who can only acquire a free or expired lease, starts after we stopped;
+* a shard that is ours and held: renewed; a shard that is ours and free: acquired, then
+  ``on_acquired(shard, epoch)``; the epoch is the fencing token the caller's acknowledgements
+  carry, and every ownership period gets a new one (an epoch we already stopped owning with is
+  never handed to ``on_acquired`` again, even when our own lease outlived the loss);
+* a held shard whose renewals fail (Redis unreachable, the process stalled) for
+  ``renew_deadline``: ``on_lost(shard)``, which comes ``lease_duration - renew_deadline`` seconds
+  before anyone else can acquire the lease. That margin only holds if one Redis call cannot
+  block longer than it: use ``common.lease.lease_client`` (a warning is logged otherwise).
+
+Why a single thread: decisions, callbacks and renewals are serialised, so ``on_lost`` for a
+shard has always returned before that shard's lease is released, and there are no locks to
+order. The price: callbacks run on this thread and delay heartbeats and renewals while they
+run, so they must be quick (hand the work to the shard's own worker, wait only for it to stop).
+
+Why leases on top of assignment: members may briefly disagree (one has noticed a join, another
+has not), and two of them may then both target a shard; the lease lets only one own it. Views
+converge within a heartbeat, and with them the assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from common.lease import LeaseStatus, RedisLease
+from common.rate_limiters import Clock, MonotonicClock
+from common.sharding import ResourceKeys
+from processor_svc.assignment import assign_shards
+from processor_svc.membership import Membership, decode_members
+
+__all__ = ["ShardOwnership"]
+
+log = logging.getLogger(__name__)
+
+_JITTER_RULE = 1.2  # the same relation LeaderElector enforces (client-go's JitterFactor)
+
+
+@dataclass(slots=True)
+class _Owned:
+    """A shard we own: its lease epoch and when its last successful renewal *started*.
+
+    The start, not the end, because Redis counts the lease from when the script ran, which is
+    after the call started: the lease lives at least ``lease_duration`` from ``renewed_at``.
+    """
+
+    epoch: int
+    renewed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """One read of Redis: the live members (after our heartbeat) and each shard's lease holder."""
+
+    members: tuple[str, ...]
+    owners: dict[int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A lease call's outcome, and when the call started (a lower bound on the lease's start)."""
+
+    status: LeaseStatus
+    started: float
+
+
+class _ThrottledLog:
+    """Logs a repeating failure at most once per ``interval`` seconds, counting the rest.
+
+    While Redis is down every heartbeat and renewal fails; one line each would bury the logs.
+    """
+
+    def __init__(self, clock: Clock, interval: float) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._last: float | None = None
+        self._suppressed = 0
+        self._failures = 0
+
+    def failure(self, message: str, error: BaseException, extra: dict[str, object]) -> None:
+        self._failures += 1
+        now = self._clock.now()
+        if self._last is not None and now - self._last < self._interval:
+            self._suppressed += 1
+            return
+        suppressed, self._suppressed, self._last = self._suppressed, 0, now
+        more = f" ({suppressed} similar failures not logged)" if suppressed else ""
+        log.warning("%s: %r%s", message, error, more, extra=extra)
+
+    def success(self, message: str, extra: dict[str, object]) -> None:
+        if self._failures:
+            log.info("%s after %d failed calls", message, self._failures, extra=extra)
+        self._failures = self._suppressed = 0
+        self._last = None
+
+
+class ShardOwnership:
+    """Owns this member's share of a resource's shards; see the module docstring.
+
+    Threading model: :meth:`start` runs the coordinator in a non-daemon thread named
+    ``shard-ownership[<resource>]``. It wakes every ``heartbeat_interval`` to heartbeat and read
+    the members and lease holders (one pipeline); every ``retry_period``, and at once when the
+    live members changed, it reassigns, renews and acquires (the *tick*); and at each owned
+    shard's renew deadline. ``on_acquired(shard, epoch)`` and ``on_lost(shard)`` run on that
+    thread; an exception from either is logged and never stops it. A failed ``on_acquired`` is
+    followed by ``on_lost`` (so anything half-started is stopped) and the lease is released for
+    another member to take. ``on_lost`` must stop applying the shard and acknowledge before it
+    returns, because the lease may be released (or expire) right after.
+
+    ``member_id`` is both the membership id and the lease holder; it must be unique per process
+    (``common.lease.unique_holder``). ``client`` should come from ``common.lease.lease_client``:
+    bounded call times are what make the renew deadline come before the lease expiry, and
+    :class:`~common.lease.RedisLease` refuses a client without socket timeouts.
+
+    Raises ``ValueError`` unless ``shard_count >= 1``, ``0 < heartbeat_interval < member_ttl``
+    and ``0 < retry_period * 1.2 < renew_deadline < lease_duration`` (client-go's rule, as in
+    ``LeaderElector``). ``clock`` measures deadlines and waits; Redis measures the leases and
+    member deadlines. Repeated Redis failures are logged at most once per ``log_interval`` s.
+
+    Counters: ``acquisitions`` (leases newly taken), ``losses`` (``on_lost`` calls) and
+    ``rebalances`` (times this member's target set of shards changed, the first one included).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str,
+        resource: str,
+        shard_count: int,
+        member_id: str,
+        on_acquired: Callable[[int, int], None],
+        on_lost: Callable[[int], None],
+        heartbeat_interval: float = 1.0,
+        member_ttl: float = 3.0,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Clock | None = None,
+        log_interval: float = 30.0,
+    ) -> None:
+        if type(shard_count) is not int or shard_count < 1:
+            raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
+        if not 0 < heartbeat_interval < member_ttl:
+            raise ValueError(
+                "need 0 < heartbeat_interval < member_ttl, got "
+                f"heartbeat_interval={heartbeat_interval!r}, member_ttl={member_ttl!r}"
+            )
+        if not 0 < retry_period * _JITTER_RULE < renew_deadline < lease_duration:
+            raise ValueError(
+                "need 0 < retry_period * 1.2 < renew_deadline < lease_duration, got "
+                f"retry_period={retry_period!r}, renew_deadline={renew_deadline!r}, "
+                f"lease_duration={lease_duration!r}"
+            )
+        keys = ResourceKeys(prefix, resource)
+        self._resource = resource
+        self._member_id = member_id
+        self._shard_count = shard_count
+        self._membership = Membership(
+            client, prefix=prefix, resource=resource, member_id=member_id, ttl=member_ttl
+        )
+        self._leases = [
+            RedisLease(
+                client,
+                key=keys.shard(shard).lease,
+                epoch_key=keys.shard(shard).lease_epoch,
+                holder=member_id,
+                duration=lease_duration,
+            )
+            for shard in range(shard_count)
+        ]
+        margin = lease_duration - renew_deadline
+        if self._leases[0].max_call_seconds > margin:
+            log.warning(
+                "one Redis call can block for %.1f s, longer than the %.1f s between the renew "
+                "deadline and the lease expiry: a stalled owner may still apply a shard after "
+                "its lease expired (use lease_client() with a shorter timeout)",
+                self._leases[0].max_call_seconds,
+                margin,
+            )
+        self._client = client
+        self._on_acquired = on_acquired
+        self._on_lost = on_lost
+        self._heartbeat_interval = heartbeat_interval
+        self._renew_deadline = renew_deadline
+        self._retry_period = retry_period
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._errors = _ThrottledLog(self._clock, log_interval)
+        self._extra: dict[str, object] = {"resource": resource, "member": member_id}
+        self._cond = threading.Condition()
+        # Guarded by _cond (written only by the coordinator thread, read by any):
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._release_on_stop = True
+        self._owned: dict[int, _Owned] = {}  # shards whose lease we hold and have announced
+        self._target: frozenset[int] | None = None  # our shards in the last assignment
+        self._acquisitions = 0
+        self._losses = 0
+        self._rebalances = 0
+        # Coordinator thread only:
+        self._lost_epoch: dict[int, int] = {}  # shard -> the epoch of our last ended ownership
+        self._members_seen: tuple[str, ...] | None = None
+
+    # --- public API ------------------------------------------------------------------------------
+
+    @property
+    def member_id(self) -> str:
+        """Our membership id and lease holder."""
+        return self._member_id
+
+    @property
+    def resource(self) -> str:
+        """The resource whose shards this coordinator owns."""
+        return self._resource
+
+    @property
+    def acquisitions(self) -> int:
+        """How many times a shard lease was newly acquired (each then got ``on_acquired``)."""
+        with self._cond:
+            return self._acquisitions
+
+    @property
+    def losses(self) -> int:
+        """How many times ``on_lost`` was called (reassigned, lease lost, failed, or stopping)."""
+        with self._cond:
+            return self._losses
+
+    @property
+    def rebalances(self) -> int:
+        """How many times the set of shards assigned to this member changed."""
+        with self._cond:
+            return self._rebalances
+
+    def owned(self) -> dict[int, int]:
+        """The shards we own now, with the epoch (fencing token) of each ownership."""
+        with self._cond:
+            return {shard: owned.epoch for shard, owned in sorted(self._owned.items())}
+
+    def start(self) -> None:
+        """Start the coordinator thread. Raises ``RuntimeError`` if started or stopped before."""
+        with self._cond:
+            if self._thread is not None or self._stopping:
+                raise RuntimeError("a ShardOwnership can be started only once")
+            self._thread = threading.Thread(
+                target=self._run, name=f"shard-ownership[{self._resource}]", daemon=False
+            )
+            self._thread.start()
+
+    def stop(self, release: bool = True, *, timeout: float | None = None) -> None:
+        """Stop: ``on_lost`` for every owned shard, then (``release``) hand everything over.
+
+        ``release=True`` (graceful): release every lease after its ``on_lost`` and leave the
+        members, so the others take over at their next heartbeat instead of after the lease
+        expiry. ``release=False`` leaves leases and membership to expire, as a crash would (the
+        local ``on_lost`` calls still happen: this process stops applying either way).
+        Idempotent; waits for the thread. Must not be called from a callback (it would wait for
+        itself). Raises ``TimeoutError`` if the thread has not ended within ``timeout`` seconds.
+        """
+        with self._cond:
+            if self._thread is threading.current_thread():
+                raise RuntimeError("stop() called from an ownership callback")
+            if not self._stopping:
+                self._stopping = True
+                self._release_on_stop = release
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise TimeoutError(f"{thread.name} did not stop within {timeout} s")
+
+    def wait_for_assignment(self, timeout: float | None = None) -> bool:
+        """Block until we own exactly the shards the last assignment gave us (``True``).
+
+        ``False`` when ``timeout`` passes first or the coordinator stops.
+        """
+        deadline = None if timeout is None else self._clock.now() + timeout
+        with self._cond:
+            while not self._settled():
+                if self._stopping or (deadline is not None and self._clock.now() >= deadline):
+                    return False
+                self._clock.wait(self._cond, deadline)
+            return True
+
+    def __enter__(self) -> ShardOwnership:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ShardOwnership(resource={self._resource!r}, member_id={self._member_id!r})"
+
+    # --- coordinator thread ----------------------------------------------------------------------
+
+    def _settled(self) -> bool:
+        return self._target is not None and self._target == frozenset(self._owned)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        next_view = next_tick = self._clock.now()
+        while self._wait_until(min(next_view, next_tick, self._next_renew_deadline())):
+            try:
+                self._enforce_renew_deadlines()
+                now = self._clock.now()
+                if now < next_view and now < next_tick:
+                    continue  # woken for a renew deadline only
+                next_view = now + self._heartbeat_interval
+                view = self._read_view()
+                if view is None:
+                    next_tick = max(next_tick, next_view)
+                    continue
+                changed = view.members != self._members_seen
+                self._members_seen = view.members
+                if changed or now >= next_tick:
+                    next_tick = now + self._retry_period
+                    retry_at = self._tick(view)
+                    if retry_at is not None:
+                        next_tick = min(next_tick, retry_at)
+            except Exception:  # a bug must not end ownership silently: log, go on
+                log.exception("shard ownership tick failed", extra=self._extra)
+
+    def _wait_until(self, deadline: float) -> bool:
+        """Sleep until ``deadline`` (clock time); ``False`` once :meth:`stop` was called."""
+        with self._cond:
+            while not self._stopping and self._clock.now() < deadline:
+                self._clock.wait(self._cond, deadline)
+            return not self._stopping
+
+    def _next_renew_deadline(self) -> float:
+        with self._cond:
+            starts = [owned.renewed_at for owned in self._owned.values()]
+        return min(starts) + self._renew_deadline if starts else math.inf
+
+    def _enforce_renew_deadlines(self) -> None:
+        """``on_lost`` for every owned shard that went ``renew_deadline`` without a renewal.
+
+        Called before every Redis call, so a loss is noticed at most one (bounded) call late.
+        The lease is not released: Redis is presumably what failed, and a lease that is still
+        ours is released (or renewed with a new epoch) by a later tick.
+        """
+        now = self._clock.now()
+        with self._cond:
+            late = sorted(
+                (shard, now - owned.renewed_at)
+                for shard, owned in self._owned.items()
+                if now - owned.renewed_at >= self._renew_deadline
+            )
+        for shard, silent in late:
+            self._lose(shard, f"could not renew for {silent:.2f} s (renew deadline)", False)
+
+    def _read_view(self) -> _View | None:
+        """Heartbeat, then read the live members and every lease holder: one round trip."""
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                self._membership.queue_heartbeat(pipe)
+                for lease in self._leases:
+                    pipe.hget(lease.key, "holder")
+                replies = pipe.execute()
+        except Exception as error:  # Redis unreachable or failing: the deadlines decide
+            self._errors.failure("heartbeat and lease read failed", error, self._extra)
+            return None
+        self._errors.success("Redis answers again", self._extra)
+        owners: dict[int, str | None] = {}
+        for shard, holder in enumerate(replies[1:]):
+            owners[shard] = holder.decode() if isinstance(holder, bytes) else holder
+        return _View(members=tuple(decode_members(replies[0])), owners=owners)
+
+    def _tick(self, view: _View) -> float | None:
+        """Reassign, hand over, renew, acquire. Returns when a blocked acquisition may succeed.
+
+        Hand-overs come first (a successor is waiting for them), then renewals (cheap, and they
+        keep the deadlines away), then acquisitions, whose ``on_acquired`` may take a while.
+        Any Redis failure ends the tick: the next call would most likely fail too, and each
+        failure can block for a whole timeout.
+        """
+        me = self._member_id
+        target = assign_shards(self._shard_count, view.members, view.owners)
+        mine = frozenset(shard for shard, owner in target.items() if owner == me)
+        with self._cond:
+            if mine != self._target:
+                self._rebalances += 1
+                log.info("assigned shards %s", sorted(mine), extra=self._extra)
+            self._target = mine
+            self._cond.notify_all()
+            owned = frozenset(self._owned)
+        redis_ok = True  # after one failed call, the others would only block and fail too
+        for shard in sorted(owned - mine):
+            redis_ok = (
+                self._lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
+            )
+        for shard, holder in view.owners.items():
+            if redis_ok and holder == me and shard not in owned and shard not in mine:
+                redis_ok = self._release(shard)  # ours from an ended ownership: let them in
+        if not redis_ok or not self._renew(sorted(owned & mine)):
+            return None
+        return self._acquire(sorted(mine - owned))
+
+    def _renew(self, shards: list[int]) -> bool:
+        """Renew the leases of owned ``shards``; ``False`` if Redis failed."""
+        for shard in shards:
+            self._enforce_renew_deadlines()
+            if shard not in self._owned:
+                continue  # lost at its deadline just now; a later tick takes it back
+            attempt = self._call(shard)
+            if attempt is None:
+                return False
+            self._renewed(shard, attempt)
+        return True
+
+    def _acquire(self, shards: list[int]) -> float | None:
+        """Try to acquire ``shards``; returns the earliest expiry of a lease held by another."""
+        retry_at: float | None = None
+        for shard in shards:
+            attempt = self._call(shard)
+            if attempt is not None and self._is_stale(shard, attempt):
+                # Our lease from an ownership that already ended: a new one needs a new epoch.
+                attempt = self._call(shard) if self._release(shard) else None
+            if attempt is None:
+                return retry_at
+            status = attempt.status
+            if status.held:
+                self._acquired(shard, attempt)
+            elif math.isfinite(status.ttl):  # a departed owner's lease: try again at its expiry
+                expiry = self._clock.now() + status.ttl + 0.002
+                retry_at = expiry if retry_at is None else min(retry_at, expiry)
+        return retry_at
+
+    def _is_stale(self, shard: int, attempt: _Attempt) -> bool:
+        return attempt.status.held and attempt.status.epoch == self._lost_epoch.get(shard)
+
+    def _call(self, shard: int) -> _Attempt | None:
+        """One acquire-or-renew of ``shard``'s lease; ``None`` (logged) if Redis failed.
+
+        Checks the renew deadlines first, and reports when the call *started*.
+        """
+        self._enforce_renew_deadlines()
+        with self._cond:
+            if self._stopping:
+                return None
+        started = self._clock.now()
+        try:
+            status = self._leases[shard].try_acquire_or_renew()
+        except Exception as error:
+            self._errors.failure(f"shard {shard}: lease acquire/renew failed", error, self._extra)
+            return None
+        self._errors.success("Redis answers again", self._extra)
+        return _Attempt(status, started)
+
+    def _renewed(self, shard: int, attempt: _Attempt) -> None:
+        status = attempt.status
+        with self._cond:
+            epoch = self._owned[shard].epoch
+            if status.held and status.epoch == epoch:
+                self._owned[shard].renewed_at = attempt.started
+                return
+        if not status.held:
+            self._lose(shard, f"lease taken by {status.holder} with epoch {status.epoch}", False)
+            return
+        # Our lease lapsed and this renewal re-acquired it: someone may have owned the shard in
+        # between, so that ownership is over; the lease we hold now is a new one.
+        self._lose(shard, f"lease lapsed (epoch {epoch}, now {status.epoch})", False)
+        self._acquired(shard, attempt)
+
+    def _acquired(self, shard: int, attempt: _Attempt) -> None:
+        epoch = attempt.status.epoch
+        with self._cond:
+            self._owned[shard] = _Owned(epoch=epoch, renewed_at=attempt.started)
+            self._acquisitions += 1
+            self._cond.notify_all()
+        log.info("acquired shard %d with epoch %d", shard, epoch, extra=self._extra)
+        try:
+            self._on_acquired(shard, epoch)
+        except Exception:
+            log.exception(
+                "on_acquired(%d, %d) failed; releasing the shard", shard, epoch, extra=self._extra
+            )
+            self._lose(shard, "on_acquired failed", True)
+
+    def _lose(self, shard: int, reason: str, release: bool) -> bool:
+        """End our ownership of ``shard``: ``on_lost`` first, then (``release``) the lease.
+
+        Returns ``False`` only when the release was tried and Redis failed.
+        """
+        with self._cond:
+            owned = self._owned.pop(shard, None)
+            if owned is None:
+                return True
+            self._losses += 1
+            self._cond.notify_all()
+        self._lost_epoch[shard] = owned.epoch
+        log.info("lost shard %d (epoch %d): %s", shard, owned.epoch, reason, extra=self._extra)
+        try:
+            self._on_lost(shard)
+        except Exception:
+            log.exception("on_lost(%d) failed", shard, extra=self._extra)
+        return self._release(shard) if release else True
+
+    def _release(self, shard: int) -> bool:
+        """Release ``shard``'s lease if it is ours; ``False`` when Redis failed (it will expire)."""
+        try:
+            self._leases[shard].release()
+        except Exception as error:
+            self._errors.failure(f"shard {shard}: lease release failed", error, self._extra)
+            return False
+        return True
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            release = self._release_on_stop
+            owned = sorted(self._owned)
+        for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
+            release = self._lose(shard, "stopping", release) and release
+        if release:
+            try:
+                self._membership.leave()
+            except Exception as error:  # our deadline will pass on its own
+                log.warning("could not leave the members: %r", error, extra=self._extra)
+        with self._cond:
+            self._cond.notify_all()

@@ -1,0 +1,274 @@
+"""One processor process: membership, shard ownership, shard workers, handlers, probes.
+
+The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shards this
+process owns; for each acquired shard a :class:`~processor_svc.shard.ShardWorker` takes it over
+into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`) and
+applies its stream, fanning notifications out through one
+:class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced shard's worker stops
+(acknowledging what the handlers finished) before its lease is released, so two processors
+never apply one shard at once.
+
+Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, drain the handlers within the
+grace period, acknowledge, release every lease at once (the other processors take over without
+waiting for expiry), leave the membership, and join every thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from common.handlers import ResourceEventHandler
+from common.lease import lease_client, unique_holder
+from common.observability import ObservabilityServer
+from common.prometheus_workqueue import PrometheusMetricsProvider
+from common.sharding import ShardKeys
+from processor_svc.dispatch import HandlerDispatcher
+from processor_svc.handlers import (
+    HandlerContext,
+    LoadedHandler,
+    load_handlers,
+    make_workqueue_factory,
+    resync_periods,
+    start_handlers,
+    stop_handlers,
+)
+from processor_svc.lister import ShardedLister
+from processor_svc.metrics import ProcessorMetrics
+from processor_svc.ownership import ShardOwnership
+from processor_svc.settings import ProcessorSettings
+from processor_svc.shard import ShardWorker
+
+__all__ = ["ProcessorService"]
+
+log = logging.getLogger(__name__)
+
+_SUPERVISE_INTERVAL = 0.2
+
+
+class ProcessorService:
+    """Builds and runs one processor; :meth:`start` returns at once."""
+
+    def __init__(
+        self,
+        settings: ProcessorSettings,
+        *,
+        registry: CollectorRegistry | None = None,
+        extra_handlers: Sequence[tuple[str, ResourceEventHandler]] = (),
+    ) -> None:
+        """``extra_handlers`` are handler objects given in Python (embedding, tests), used
+        beside the ``--handler`` references of ``settings``."""
+        self.settings = settings
+        self.resource = settings.resource
+        self.registry = registry or CollectorRegistry()
+        self.metrics = ProcessorMetrics(self.registry)
+        self.member_id = unique_holder(settings.member_id)
+        # Blocking stream reads get their own connections inside the workers (socket timeout
+        # above the BLOCK time); this client serves the short commands.
+        self.redis: redis.Redis = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=30, socket_connect_timeout=5,
+            health_check_interval=15,
+        )  # fmt: skip
+        margin = settings.lease_duration - settings.renew_deadline
+        self.lease_redis = lease_client(settings.redis_url, timeout=min(2.0, margin / 2.5))
+        self.lister = ShardedLister(settings.shard_count)
+        context = HandlerContext(
+            lister=self.lister,
+            workqueue_factory=make_workqueue_factory(PrometheusMetricsProvider(self.registry)),
+            logger=logging.getLogger(f"processor_svc.handlers.{self.resource}"),
+            settings=settings,
+            resource=self.resource,
+        )
+        try:
+            self.handlers: list[LoadedHandler] = load_handlers(settings.handler, context)
+        except BaseException:
+            self._close_clients()
+            raise
+        named = [(h.name, h.handler) for h in self.handlers] + list(extra_handlers)
+        if not named:
+            self._close_clients()
+            raise ValueError("no handler: give at least one --handler MODULE:ATTR")
+        self.dispatcher = HandlerDispatcher(
+            named,
+            buffer_size=settings.buffer_size,
+            metrics=self.metrics,
+            resource=self.resource,
+            resync_periods=resync_periods(self.handlers),
+            lister=self.lister.list,
+        )
+        self.ownership = ShardOwnership(
+            self.lease_redis,
+            prefix=settings.prefix,
+            resource=self.resource,
+            shard_count=settings.shard_count,
+            member_id=self.member_id,
+            on_acquired=self._acquired,
+            on_lost=self._lost,
+            heartbeat_interval=settings.heartbeat_interval,
+            member_ttl=settings.member_ttl,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
+        self._workers: dict[int, ShardWorker] = {}
+        self._workers_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name=f"processor-supervisor[{self.resource}]"
+        )
+        self._server: ObservabilityServer | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._server = ObservabilityServer(
+            self.registry,
+            healthz=self.healthz,
+            readyz=self.readyz,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+        )
+        self._server.start()
+        start_handlers(self.handlers)
+        self.dispatcher.start()
+        self.ownership.start()
+        self._supervisor.start()
+        log.info(
+            "processor %s started for %s; metrics and probes on %s",
+            self.member_id,
+            self.resource,
+            self._server.url,
+        )
+
+    def stop(self) -> None:
+        """Stop reading, drain handlers, acknowledge, release leases, join every thread."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join()
+        self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
+        left = self.dispatcher.stop(self.settings.shutdown_grace)
+        if any(left.values()):
+            log.warning("handlers did not finish within the grace period: %s", left)
+        stop_handlers(self.handlers, self.settings.shutdown_grace)
+        if self._server is not None:
+            self._server.stop()
+        self._close_clients()
+        log.info("processor %s stopped", self.member_id)
+
+    def _close_clients(self) -> None:
+        self.redis.close()
+        self.lease_redis.close()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the service is not started")
+        return self._server.url
+
+    # --- shards ---------------------------------------------------------------------------
+
+    def owned_shards(self) -> list[int]:
+        with self._workers_lock:
+            return sorted(self._workers)
+
+    def _acquired(self, shard: int, epoch: int) -> None:
+        """On the ownership thread: start taking the shard over (the worker does the loading,
+        so lease renewals are not held up)."""
+        store = self.lister.new_store()
+        self.lister.attach(shard, store)
+        worker = ShardWorker(
+            self.redis,
+            ShardKeys(self.settings.prefix, self.resource, shard),
+            shard=shard,
+            epoch=epoch,
+            member_id=self.member_id,
+            store=store,
+            dispatcher=self.dispatcher,
+            metrics=self.metrics,
+            resource=self.resource,
+            count=self.settings.read_count,
+            block_ms=self.settings.block_ms,
+            max_entry_bytes=self.settings.max_entry_bytes,
+        )
+        with self._workers_lock:
+            self._workers[shard] = worker
+            owned = len(self._workers)
+        self.metrics.owned_shards.labels(resource=self.resource).set(owned)
+        self.metrics.rebalances.labels(resource=self.resource).inc()
+        worker.start()
+        log.info("%s: took shard %d (epoch %d)", self.resource, shard, epoch)
+
+    def _lost(self, shard: int) -> None:
+        """On the ownership thread, before the lease is released: stop applying the shard."""
+        with self._workers_lock:
+            worker = self._workers.pop(shard, None)
+        if worker is not None:
+            # A graceful stop acknowledges what the handlers finished; if the lease is already
+            # gone those acknowledgements are refused (they are fenced), so this is safe either
+            # way.
+            worker.stop(grace=self.settings.shutdown_grace)
+            worker.join()
+            self.metrics.forget_shard(self.resource, shard)
+            self.metrics.rebalances.labels(resource=self.resource).inc()
+        with self._workers_lock:
+            owned = len(self._workers)
+        self.metrics.owned_shards.labels(resource=self.resource).set(owned)
+        self.lister.detach(shard)
+        log.info("%s: gave up shard %d", self.resource, shard)
+
+    def _supervise(self) -> None:
+        """Marks shards synced in the lister once their worker delivered the initial list,
+        and reports a worker that died (once; /healthz keeps saying so)."""
+        reported: set[int] = set()
+        while not self._stopping.wait(_SUPERVISE_INTERVAL):
+            with self._workers_lock:
+                workers = list(self._workers.items())
+            for shard, worker in workers:
+                if worker.has_synced and not self.lister.has_synced(shard):
+                    self.lister.mark_synced(shard)
+                failed = worker.error is not None and not worker.ownership_lost
+                if failed and not worker.alive and shard not in reported:
+                    reported.add(shard)
+                    log.error(
+                        "%s: shard %d worker stopped on %r", self.resource, shard, worker.error
+                    )
+
+    # --- probes ---------------------------------------------------------------------------
+
+    def is_synced(self) -> bool:
+        """Every owned shard delivered its initial list (and at least one shard is owned)."""
+        owned = self.owned_shards()
+        return bool(owned) and all(self.lister.has_synced(shard) for shard in owned)
+
+    def healthz(self) -> tuple[bool, str]:
+        if self._stopping.is_set():
+            return False, "stopping"
+        with self._workers_lock:
+            workers = list(self._workers.items())
+        # A worker fenced off by a newer owner stopped on purpose; the ownership loop gives its
+        # shard up. Any other stopped worker is a failure.
+        dead = [
+            shard
+            for shard, worker in workers
+            if not worker.alive and worker.error is not None and not worker.ownership_lost
+        ]
+        if dead:
+            return False, f"shard workers failed: {dead}"
+        return True, "ok"
+
+    def readyz(self) -> tuple[bool, str]:
+        """Ready when every owned shard is synced; owning nothing (more processors than
+        shards, or before the first assignment) is not ready."""
+        owned = self.owned_shards()
+        if not owned:
+            return False, "owns no shard yet"
+        waiting = [shard for shard in owned if not self.lister.has_synced(shard)]
+        if waiting:
+            return False, f"syncing shards {waiting}"
+        return True, f"owns shards {owned}"

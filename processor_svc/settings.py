@@ -1,0 +1,100 @@
+"""The processor's settings: every knob, from flags or ``INFORMER_BUS_*`` env vars.
+
+Leases use client-go's leader-election defaults (15 s lease, 10 s renew deadline, 2 s retry):
+a crashed processor's shards move after at most one lease duration; a processor that stops
+gracefully hands them over at once.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from common.settings import SettingsError
+from common.wire import DEFAULT_MAX_BYTES
+
+__all__ = ["ENV_PREFIX", "ProcessorSettings"]
+
+ENV_PREFIX = "INFORMER_BUS_"
+
+
+def _default_member_id() -> str:
+    return f"{socket.gethostname()}-processor"
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    """Everything one processor process needs (one resource per process)."""
+
+    resource: str = field(
+        default="pods",
+        metadata={"help": "resource id to process, as the reflector names it (pods, "
+                  "deployments.apps, widgets.example.com@shop)", "metavar": "ID"},
+    )  # fmt: skip
+    handler: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "handler MODULE:ATTR[@RESYNC] (an object with on_add/on_update/on_delete, "
+            "or a factory taking a HandlerContext; @30s adds a resync period)",
+            "metavar": "REF",
+        },
+    )
+    redis_url: str = field(
+        default="redis://127.0.0.1:6379/0",
+        metadata={"help": "Redis the reflector publishes to", "metavar": "URL"},
+    )
+    prefix: str = field(default="ib", metadata={"help": "prefix of every Redis key"})
+    shard_count: int = field(
+        default=16, metadata={"help": "shards per resource (must match the reflector)"}
+    )
+    member_id: str = field(
+        default_factory=_default_member_id,
+        metadata={"help": "this processor's name (unique per process; a suffix is added)"},
+    )
+    heartbeat_interval: float = field(default=1.0, metadata={"help": "membership heartbeat, s"})
+    member_ttl: float = field(
+        default=5.0, metadata={"help": "a member missing heartbeats this long is gone, s"}
+    )
+    lease_duration: float = field(default=15.0, metadata={"help": "shard lease, seconds"})
+    renew_deadline: float = field(
+        default=10.0, metadata={"help": "stop applying a shard after failing to renew this long"}
+    )
+    retry_period: float = field(default=2.0, metadata={"help": "ownership tick, seconds"})
+    buffer_size: int = field(
+        default=1000, metadata={"help": "per-handler buffer; full buffers pause stream reads"}
+    )
+    read_count: int = field(default=500, metadata={"help": "entries per stream read"})
+    block_ms: int = field(default=1000, metadata={"help": "blocking stream read, milliseconds"})
+    shutdown_grace: float = field(
+        default=10.0, metadata={"help": "seconds to drain handlers on SIGTERM before giving up"}
+    )
+    max_entry_bytes: int = field(
+        default=DEFAULT_MAX_BYTES, metadata={"help": "stream entries larger than this are dead"}
+    )
+    http_host: str = field(default="0.0.0.0", metadata={"help": "metrics/health bind address"})
+    http_port: int = field(
+        default=8081, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
+    )
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
+    log_json: bool = field(default=False, metadata={"help": "log JSON lines"})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "shard_count", "heartbeat_interval", "member_ttl", "lease_duration",
+            "renew_deadline", "retry_period", "buffer_size", "read_count", "block_ms",
+            "shutdown_grace", "max_entry_bytes",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.retry_period * 1.2 < self.renew_deadline < self.lease_duration:
+            raise SettingsError(
+                "need retry_period * 1.2 < renew_deadline < lease_duration "
+                f"(got {self.retry_period}, {self.renew_deadline}, {self.lease_duration})"
+            )
+        if not self.heartbeat_interval < self.member_ttl:
+            raise SettingsError("heartbeat_interval must be shorter than member_ttl")
+        if not self.resource or any(c in self.resource for c in "{} \t"):
+            raise SettingsError(f"invalid resource id {self.resource!r}")
+        if not 0 <= self.http_port <= 65535:
+            raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")

@@ -1,0 +1,172 @@
+"""Takeover: snapshot + stream position read together, initial list, unacknowledged deletions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.deltas import DeltaType
+from common.keys import Obj
+from common.store import Indexer
+from processor_svc.shard import CONSUMER, GROUP
+from tests.processor_core.support import Recorder, Shard, wait_until
+from tests.reflector_publish.support import added, deleted, delta, updated
+
+
+class CountingIndexer(Indexer):
+    """An Indexer that counts the deltas it receives per (key, resourceVersion)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str, str]] = []
+
+    def update(self, obj: Obj, key: str | None = None) -> Obj | None:
+        self.writes.append(("update", obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
+        return super().update(obj, key)
+
+    def delete(self, obj: Any, key: str | None = None) -> Obj | None:
+        self.writes.append(("delete", str(key), ""))
+        return super().delete(obj, key)
+
+
+def test_takeover_delivers_the_snapshot_as_initial_list_then_live_deltas_in_order(
+    shard: Shard,
+) -> None:
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"), updated("ns/a", "3"))
+    recorder = Recorder()
+    with shard.running(("rec", recorder)) as (worker, store, _):
+        assert worker.wait_for_sync(5)
+        assert sorted(recorder.initial()) == [
+            ("add", "ns/a", "3", True),
+            ("add", "ns/b", "2", True),
+        ]
+        assert recorder.live() == []
+        assert sorted(store.list_keys()) == ["ns/a", "ns/b"]
+        # Committed (right after the sync): the group stands at L, everything up to it acked.
+        wait_until(lambda: shard.group()["last-delivered-id"] != b"0-0", what="the commit")
+        group = shard.group()
+        assert group["last-delivered-id"].decode() == shard.last_id()
+        assert group["pending"] == 0
+        assert group["lag"] == 0
+
+        shard.publish(updated("ns/a", "4"), deleted("ns/b", "5"), added("ns/c", "6"))
+        shard.publish(updated("ns/c", "7"))
+        wait_until(lambda: len(recorder.live()) == 4, what="live deltas")
+        assert recorder.live() == [
+            ("update", "ns/a", "3", "4"),
+            ("delete", "ns/b", "5", False),
+            ("add", "ns/c", "6", False),
+            ("update", "ns/c", "6", "7"),
+        ]
+        assert sorted(store.list_keys()) == ["ns/a", "ns/c"]
+        wait_until(lambda: shard.pending() == 0, what="acknowledgements")
+        assert shard.group()["last-delivered-id"].decode() == shard.last_id()
+        assert shard.sample("informer_bus_processor_store_objects", shard="0") == 2
+        assert shard.sample("informer_bus_processor_shard_synced", shard="0") == 1
+        assert worker.error is None
+    assert shard.sample("informer_bus_processor_takeovers_total", shard="0") == 1
+    assert (
+        shard.sample("informer_bus_processor_deltas_applied_total", shard="0", type="Updated") == 2
+    )
+    assert shard.sample("informer_bus_processor_deltas_applied_total", shard="0", type="Added") == 1
+    # A stopped worker's shard gauges are gone (the shard may be someone else's now).
+    assert shard.sample("informer_bus_processor_store_objects", shard="0") == 0
+
+
+def test_the_store_never_receives_a_delta_twice(shard: Shard) -> None:
+    # Every entry is in the snapshot AND unacknowledged on the stream: the takeover must not
+    # apply those entries again as live deltas.
+    shard.publish(*(added(f"ns/p{i}", str(10 + i)) for i in range(20)))
+    shard.publish(updated("ns/p0", "40"), deleted("ns/p1", "41"))
+    store = CountingIndexer()
+    recorder = Recorder()
+    with shard.running(("rec", recorder), store=store) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        assert store.writes == []  # the snapshot came in through replace(), nothing else
+        shard.publish(updated("ns/p2", "50"))
+        wait_until(lambda: recorder.live()[1:], what="the live delta")
+        wait_until(lambda: shard.pending() == 0, what="acknowledgement")
+        assert store.writes == [("update", "p2", "50")]
+        assert recorder.live()[1:] == [("update", "ns/p2", "12", "50")]
+        assert len(recorder.initial()) == 19
+        assert ("add", "ns/p0", "40", True) in recorder.initial()
+        # p1's deletion is in the snapshot's past and p1 was never in the snapshot: it reaches
+        # on_delete once (the group never acknowledged it), and before the initial list.
+        assert recorder.events[0] == ("delete", "ns/p1", "41", False)
+        assert [e for e in recorder.events if e[0] == "delete"] == [recorder.events[0]]
+
+
+def test_takeover_after_a_partial_ack_delivers_unacknowledged_deletions_exactly_once(
+    shard: Shard,
+) -> None:
+    ids = shard.publish(
+        added("ns/a", "1"),  # 0
+        added("ns/b", "2"),  # 1
+        added("ns/c", "3"),  # 2
+        deleted("ns/a", "4"),  # 3: acknowledged by the previous owner
+        deleted("ns/b", "5"),  # 4: pending
+        added("ns/b", "6"),  # 5: b re-created: in the snapshot, no on_delete
+        delta(DeltaType.DELETED, "ns/c", "3", tombstone=True),  # 6: undelivered tombstone
+        added("ns/d", "8"),  # 7
+        deleted("ns/d", "9"),  # 8: deleted twice in the range (below), one on_delete
+        added("ns/d", "10"),  # 9
+        deleted("ns/d", "11"),  # 10
+    )
+    # A previous owner read entries 0-4 and acknowledged 0, 2 and 3 (not in order: 1 and 4
+    # are still pending), then died.
+    client = shard.client
+    client.xgroup_create(shard.keys.stream, GROUP, id="0")
+    client.xreadgroup(GROUP, CONSUMER, {shard.keys.stream: ">"}, count=5)
+    client.xack(shard.keys.stream, GROUP, ids[0], ids[2], ids[3])
+    recorder = Recorder()
+    with shard.running(("rec", recorder)) as (worker, store, _):
+        assert worker.wait_for_sync(5)
+        deletions = [e for e in recorder.events if e[0] == "delete"]
+        assert deletions == [("delete", "ns/c", "3", True), ("delete", "ns/d", "11", False)]
+        assert recorder.events[:2] == deletions  # before the initial list
+        assert recorder.initial() == [("add", "ns/b", "6", True)]
+        assert store.list_keys() == ["ns/b"]
+        wait_until(lambda: shard.pending() == 0, what="the takeover's acknowledgement")
+        assert shard.group()["last-delivered-id"].decode() == ids[-1]
+        assert shard.group()["lag"] == 0
+        shard.publish(updated("ns/b", "20"))
+        wait_until(lambda: recorder.live()[2:], what="a live delta after the takeover")
+        assert recorder.live()[2:] == [("update", "ns/b", "6", "20")]
+    assert shard.sample("informer_bus_processor_takeover_gaps_total", shard="0") == 0
+
+
+def test_a_second_takeover_redelivers_the_initial_list_but_no_acknowledged_deletion(
+    shard: Shard,
+) -> None:
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"))
+    first = Recorder()
+    with shard.running(("rec", first)) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        shard.publish(deleted("ns/a", "3"))
+        wait_until(first.live, what="the deletion")
+        wait_until(lambda: shard.pending() == 0, what="acknowledgement")
+    second = Recorder()
+    with shard.running(("rec", second)) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        assert second.events == [("add", "ns/b", "2", True)]
+
+
+def test_takeover_counts_unacknowledged_entries_trimmed_by_retention(shard: Shard) -> None:
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"), deleted("ns/a", "3"))
+    shard.client.xgroup_create(shard.keys.stream, GROUP, id="0")
+    shard.client.xtrim(shard.keys.stream, maxlen=0, approximate=False)  # a forced trim
+    recorder = Recorder()
+    with shard.running(("rec", recorder)) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        assert recorder.events == [("add", "ns/b", "2", True)]
+        assert shard.sample("informer_bus_processor_takeover_gaps_total", shard="0") == 1
+
+
+def test_an_empty_shard_syncs_at_once_and_then_consumes(shard: Shard) -> None:
+    recorder = Recorder()
+    with shard.running(("rec", recorder), block_ms=200) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        assert recorder.events == []
+        assert shard.group()["last-delivered-id"] == b"0-0"
+        shard.publish(added("ns/a", "1"))
+        wait_until(lambda: recorder.events, what="the first delta")
+        assert recorder.events == [("add", "ns/a", "1", False)]
