@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 __all__ = [
+    "ServiceSettings",
     "SettingsError",
     "add_flags",
     "env_name",
@@ -33,6 +34,46 @@ S = TypeVar("S")
 
 class SettingsError(ValueError):
     """A setting with an unusable value; the message is one line meant for a human."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSettings:
+    """What every informer-bus service shares: where Redis is, the key layout, probes, logs.
+
+    Services subclass it (their own fields follow these) and call ``super().__post_init__()``.
+    """
+
+    redis_url: str = dataclasses.field(
+        default="redis://127.0.0.1:6379/0",
+        metadata={
+            "help": "Redis holding the shard streams (redis:// or rediss://)",
+            "metavar": "URL",
+        },
+    )
+    prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
+    shard_count: int = dataclasses.field(
+        default=16,
+        metadata={"help": "shards per resource: fixed, like partitions, and the same for the "
+                  "reflector and every processor", "metavar": "N"},
+    )  # fmt: skip
+    http_host: str = dataclasses.field(
+        default="0.0.0.0", metadata={"help": "metrics/health bind address"}
+    )
+    http_port: int = dataclasses.field(
+        default=8080, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
+    )
+    log_level: str = dataclasses.field(
+        default="info", metadata={"help": "debug, info, warning, error"}
+    )
+    log_json: bool = dataclasses.field(default=False, metadata={"help": "log JSON lines"})
+
+    def __post_init__(self) -> None:
+        if self.shard_count < 1:
+            raise SettingsError(f"shard_count must be >= 1, got {self.shard_count}")
+        if not 0 <= self.http_port <= 65535:
+            raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")
+        if not self.prefix or any(c in self.prefix for c in "{} \t"):
+            raise SettingsError(f"invalid key prefix {self.prefix!r}")
 
 
 def env_name(prefix: str, field_name: str) -> str:

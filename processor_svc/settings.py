@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from common.settings import SettingsError
+from common.settings import ServiceSettings, SettingsError
 from common.wire import DEFAULT_MAX_BYTES
 
 __all__ = ["ENV_PREFIX", "ProcessorSettings"]
@@ -23,7 +23,7 @@ def _default_member_id() -> str:
 
 
 @dataclass(frozen=True)
-class ProcessorSettings:
+class ProcessorSettings(ServiceSettings):
     """Everything one processor process needs (one resource per process)."""
 
     resource: str = field(
@@ -38,14 +38,6 @@ class ProcessorSettings:
             "or a factory taking a HandlerContext; @30s adds a resync period)",
             "metavar": "REF",
         },
-    )
-    redis_url: str = field(
-        default="redis://127.0.0.1:6379/0",
-        metadata={"help": "Redis the reflector publishes to", "metavar": "URL"},
-    )
-    prefix: str = field(default="ib", metadata={"help": "prefix of every Redis key"})
-    shard_count: int = field(
-        default=16, metadata={"help": "shards per resource (must match the reflector)"}
     )
     member_id: str = field(
         default_factory=_default_member_id,
@@ -71,16 +63,14 @@ class ProcessorSettings:
     max_entry_bytes: int = field(
         default=DEFAULT_MAX_BYTES, metadata={"help": "stream entries larger than this are dead"}
     )
-    http_host: str = field(default="0.0.0.0", metadata={"help": "metrics/health bind address"})
     http_port: int = field(
         default=8081, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
     )
-    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
-    log_json: bool = field(default=False, metadata={"help": "log JSON lines"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         positive = (
-            "shard_count", "heartbeat_interval", "member_ttl", "lease_duration",
+            "heartbeat_interval", "member_ttl", "lease_duration",
             "renew_deadline", "retry_period", "buffer_size", "read_count", "block_ms",
             "shutdown_grace", "max_entry_bytes",
         )  # fmt: skip
@@ -96,5 +86,3 @@ class ProcessorSettings:
             raise SettingsError("heartbeat_interval must be shorter than member_ttl")
         if not self.resource or any(c in self.resource for c in "{} \t"):
             raise SettingsError(f"invalid resource id {self.resource!r}")
-        if not 0 <= self.http_port <= 65535:
-            raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from common.settings import SettingsError
+from common.settings import ServiceSettings, SettingsError
 
 __all__ = ["ENV_PREFIX", "ReflectorSettings"]
 
@@ -21,7 +21,7 @@ def _default_identity() -> str:
 
 
 @dataclass(frozen=True)
-class ReflectorSettings:
+class ReflectorSettings(ServiceSettings):
     """Everything one reflector process needs."""
 
     resource: tuple[str, ...] = field(
@@ -31,15 +31,6 @@ class ReflectorSettings:
             "..&fieldSelector=..], e.g. pods, deployments.v1.apps, widgets.v1.example.com@shop",
             "metavar": "SPEC",
         },
-    )
-    redis_url: str = field(
-        default="redis://127.0.0.1:6379/0",
-        metadata={"help": "Redis to publish to (redis:// or rediss://)", "metavar": "URL"},
-    )
-    prefix: str = field(default="ib", metadata={"help": "prefix of every Redis key"})
-    shard_count: int = field(
-        default=16,
-        metadata={"help": "shards per resource (fixed, like partitions)", "metavar": "N"},
     )
     kube_url: str | None = field(
         default=None,
@@ -114,16 +105,11 @@ class ReflectorSettings:
     retention_interval: float = field(
         default=30.0, metadata={"help": "seconds between stream trims"}
     )
-    http_host: str = field(default="0.0.0.0", metadata={"help": "metrics/health bind address"})
-    http_port: int = field(
-        default=8080, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
-    )
-    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
-    log_json: bool = field(default=False, metadata={"help": "log JSON lines"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         positive = (
-            "shard_count", "page_size", "watch_timeout_min", "inactivity_timeout",
+            "page_size", "watch_timeout_min", "inactivity_timeout",
             "request_timeout", "backoff_initial", "batch_max", "checkpoint_interval",
             "lease_duration", "renew_deadline", "retry_period", "max_object_bytes",
             "retention_max_entries", "retention_interval",
@@ -141,8 +127,6 @@ class ReflectorSettings:
             raise SettingsError("retry_period must be shorter than renew_deadline / 1.2")
         if self.retention_min_entries < 0:
             raise SettingsError("retention_min_entries must be >= 0")
-        if not 0 <= self.http_port <= 65535:
-            raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")
         sources = sum((self.kube_url is not None, self.in_cluster, self.kubeconfig is not None))
         if sources > 1:
             raise SettingsError("choose one of --kube-url, --in-cluster, --kubeconfig")

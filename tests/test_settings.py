@@ -77,3 +77,18 @@ def test_help_names_default_and_env_var(capsys: pytest.CaptureFixture[str]) -> N
     assert "--redis-url" in out and "INFORMER_BUS_TEST_REDIS_URL" in out
     assert "default: 16" in out
     assert "repeatable" in out
+
+
+def test_service_settings_are_shared_and_validated_once() -> None:
+    from common.settings import ServiceSettings
+    from processor_svc.settings import ProcessorSettings
+    from reflector_svc.settings import ReflectorSettings
+
+    assert issubclass(ReflectorSettings, ServiceSettings)
+    assert issubclass(ProcessorSettings, ServiceSettings)
+    assert ProcessorSettings().http_port != ReflectorSettings().http_port, "they can share a host"
+    for cls in (ReflectorSettings, ProcessorSettings):
+        with pytest.raises(SettingsError, match="shard_count"):
+            cls(shard_count=0)
+        with pytest.raises(SettingsError, match="prefix"):
+            cls(prefix="a{b")

@@ -85,7 +85,7 @@ def test_no_resource_is_a_one_line_error(command: list[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
-        (["--shard-count", "0"], {}, "shard_count must be > 0"),
+        (["--shard-count", "0"], {}, "shard_count must be >= 1"),
         (["--lease-duration", "1", "--renew-deadline", "2"], {},
          "renew_deadline must be shorter than lease_duration"),
         # 9 * 1.2 > 10: the leader election's jitter rule, checked up front, not at start.
