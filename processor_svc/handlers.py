@@ -230,7 +230,7 @@ def make_workqueue_factory(
     return new_queue
 
 
-def start_handlers(handlers: Iterable[object]) -> None:
+def start_handlers(handlers: Iterable[ResourceEventHandler]) -> None:
     """Call ``start()`` on each handler that has one, in order."""
     for handler in handlers:
         start = getattr(handler, "start", None)
@@ -238,7 +238,7 @@ def start_handlers(handlers: Iterable[object]) -> None:
             start()
 
 
-def stop_handlers(handlers: Sequence[object], timeout: float | None = None) -> bool:
+def stop_handlers(handlers: Sequence[ResourceEventHandler], timeout: float | None = None) -> bool:
     """Call ``stop(timeout)`` on each handler that has one, in reverse order, within ``timeout``.
 
     Returns ``False`` if a handler reported (by returning ``False``) that it did not stop in

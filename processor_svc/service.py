@@ -89,6 +89,9 @@ class ProcessorService:
             self._close_clients()
             raise
         named = [(h.name, h.handler) for h in self.handlers] + list(extra_handlers)
+        # The handler objects themselves (not their LoadedHandler records): a controller's
+        # workers start and stop with the processor.
+        self._handler_objects = [handler for _, handler in named]
         if not named:
             self._close_clients()
             raise ValueError("no handler: give at least one --handler MODULE:ATTR")
@@ -133,7 +136,7 @@ class ProcessorService:
             port=self.settings.http_port,
         )
         self._server.start()
-        start_handlers(self.handlers)
+        start_handlers(self._handler_objects)
         self.dispatcher.start()
         self.ownership.start()
         self._supervisor.start()
@@ -155,7 +158,7 @@ class ProcessorService:
         left = self.dispatcher.stop(self.settings.shutdown_grace)
         if any(left.values()):
             log.warning("handlers did not finish within the grace period: %s", left)
-        stop_handlers(self.handlers, self.settings.shutdown_grace)
+        stop_handlers(self._handler_objects, self.settings.shutdown_grace)
         if self._server is not None:
             self._server.stop()
         self._close_clients()

@@ -223,3 +223,15 @@ def test_bad_settings_are_refused_with_one_line() -> None:
         ProcessorSettings(lease_duration=2.0, renew_deadline=3.0)
     with pytest.raises(SettingsError, match="invalid resource id"):
         ProcessorSettings(resource="po ds")
+
+
+def test_a_controller_loaded_with_handler_runs_its_workers(pipeline: Pipeline) -> None:
+    from tests.processor_e2e import controllers
+
+    controllers.RECONCILED.clear()
+    pipeline.sim.populate("pods", 30, seed=9)
+    pipeline.reflector()
+    processor = pipeline.processor("ctl", handler=("tests.processor_e2e.controllers:KeyCollector",))
+    wait_until(processor.is_synced, 20, message="synced")
+    truth = set(pipeline.sim.ground_truth("pods"))
+    wait_until(lambda: truth <= controllers.RECONCILED, 20, message="every key reconciled")

@@ -1,0 +1,20 @@
+"""A controller loaded the way users load theirs (``--handler module:Class``)."""
+
+from __future__ import annotations
+
+import threading
+
+from processor_svc.controller import Controller
+
+RECONCILED: set[str] = set()
+LOCK = threading.Lock()
+
+
+class KeyCollector(Controller):
+    """Remembers every key it reconciled (workers only run if the processor starts them)."""
+
+    workers = 2
+
+    def reconcile(self, key: str) -> None:
+        with LOCK:
+            RECONCILED.add(key)
