@@ -57,6 +57,8 @@ MIN_RESYNC_PERIOD: Final = 1.0
 
 _CANCEL_POLL: Final = 0.25
 """A blocked ``deliver`` re-checks its cancel event this often, in case a wake-up was missed."""
+_QUIET_POLL: Final = 0.005
+"""How often ``wait_quiet`` looks again (what it waits for is one handler call)."""
 _ABORT_JOIN: Final = 1.0
 """After the grace period, how long ``stop`` still waits for a handler call in progress."""
 _TRACEBACK_INTERVAL: Final = 60.0
@@ -134,7 +136,9 @@ class _Barrier:
 
 _BARRIER: Final = _Barrier()
 
-_Item: TypeAlias = tuple["Notification | _Barrier", "AckToken | None"]
+_Item: TypeAlias = tuple["Notification | _Barrier", "AckToken | None", "threading.Event | None"]
+"""A notification, the ack token it holds, and its shard worker's stop event: once that is
+set, the notification is skipped instead of applied (see :meth:`HandlerDispatcher.wait_quiet`)."""
 
 
 # --- acknowledgement tracking -------------------------------------------------------------------
@@ -280,6 +284,8 @@ class _Runner:
         # Written by the consumer thread only.
         self._taken = 0
         self._calling = 0  # 1 while a call runs (it is in _taken, but will not be dropped)
+        # The stop event of the item being (or about to be) called: what wait_quiet looks at.
+        self._calling_cancel: threading.Event | None = None
         self._batch_done = False
         metrics.handler_buffer.labels(resource, name).set_function(self.buffered)
         self._last_traceback = -_TRACEBACK_INTERVAL
@@ -304,6 +310,10 @@ class _Runner:
             self._items.append(item)
             self._not_empty.notify()
         return True
+
+    def is_calling(self, cancel: threading.Event) -> bool:
+        """Whether the handler is running a notification delivered with ``cancel``."""
+        return self._calling_cancel is cancel
 
     def wake(self) -> None:
         """Make blocked producers re-check their cancel events now."""
@@ -373,14 +383,25 @@ class _Runner:
                 if batch is None:
                     self._resync()
                     continue
-                for notification, token in batch:
+                for notification, token, cancel in batch:
                     if self._aborted:
                         break
+                    # Published before the check, so a worker that sets ``cancel`` and then
+                    # calls wait_quiet either sees this call or the call is skipped.
+                    self._calling_cancel = cancel
+                    if cancel is not None and cancel.is_set():
+                        # Its shard stopped or moved: applying it now could overlap the next
+                        # owner. Its token never completes, so its entry stays unacknowledged
+                        # and the next owner's takeover delivers the shard's state again.
+                        self._calling_cancel = None
+                        self._taken -= 1
+                        continue
                     self._calling = 1
                     try:
                         self._call(notification)
                     finally:
                         self._calling = 0
+                        self._calling_cancel = None
                         self._taken -= 1
                         if token is not None:
                             token.release()
@@ -522,9 +543,21 @@ class HandlerDispatcher:
         runners = self._runners
         if ack is not None:
             ack.hold(len(runners))
-        item: _Item = (notification, ack)
+        item: _Item = (notification, ack, cancel)
         # all() stops at the first cancelled put: later handlers never get the item.
         return all(runner.put(item, cancel) for runner in runners)
+
+    def wait_quiet(self, cancel: threading.Event, timeout: float) -> bool:
+        """After ``cancel`` was set: wait until no handler runs a notification delivered with
+        it (``True``), at most ``timeout`` seconds. Queued ones are skipped, never started, so
+        this waits for at most one call per handler, not for a backlog; a shard can then be
+        handed over without its old and new owners' handlers ever overlapping."""
+        deadline = time.monotonic() + timeout
+        while any(runner.is_calling(cancel) for runner in self._runners):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_QUIET_POLL)
+        return True
 
     def wake(self) -> None:
         """Wake every ``deliver`` blocked on a full buffer so it re-checks its cancel event

@@ -8,9 +8,11 @@ applies its stream, fanning notifications out through one
 (acknowledging what the handlers finished) before its lease is released, so two processors
 never apply one shard at once.
 
-Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, drain the handlers within the
-grace period, acknowledge, release every lease at once (the other processors take over without
-waiting for expiry), leave the membership, and join every thread.
+Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
+running finish within the grace period, acknowledge what completed, release every lease at once
+(the other processors take over without waiting for expiry), leave the membership, and join
+every thread. Notifications no handler has started are not drained: their entries stay
+unacknowledged and the next owner delivers them, so old and new owners never overlap.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ class ProcessorService:
         )
 
     def stop(self) -> None:
-        """Stop reading, drain handlers, acknowledge, release leases, join every thread."""
+        """Stop reading, finish running calls, acknowledge, release leases, join threads."""
         if self._stopping.is_set():
             return
         self._stopping.set()

@@ -211,7 +211,11 @@ def test_lost_stops_without_acknowledging(shard: Shard) -> None:
         assert shard.pending() == 1
 
 
-def test_stop_drains_in_flight_notifications_and_acknowledges_them(shard: Shard) -> None:
+def test_stop_finishes_the_running_call_acks_it_and_leaves_the_backlog_to_the_next_owner(
+    shard: Shard,
+) -> None:
+    """A stop must not drain a backlog: the next owner could start while the old owner's
+    handlers still run. Notifications not started yet are skipped and stay unacknowledged."""
     slow = Recorder(delay=0.05)
     store = Indexer()
     dispatcher = shard.dispatcher(("slow", slow))
@@ -222,12 +226,13 @@ def test_stop_drains_in_flight_notifications_and_acknowledges_them(shard: Shard)
         assert worker.wait_for_sync(5)
         shard.publish(*(added(f"ns/p{i}", str(i + 1)) for i in range(10)))
         wait_until(lambda: slow.events, what="the first handler call")
-        assert shard.pending() > 0
         worker.stop(5)
         assert not worker.alive
-        assert len(slow.events) == 10
-        assert shard.pending() == 0
-        assert shard.group()["lag"] == 0
+        handled = len(slow.events)
+        assert 1 <= handled < 10, "the call in progress finished; the backlog did not run"
+        time.sleep(0.3)
+        assert len(slow.events) == handled, "nothing of the stopped shard is applied later"
+        assert shard.pending() + shard.group()["lag"] == 10 - handled, "the rest is unacked"
     finally:
         worker.stop(0)
         dispatcher.stop(1)

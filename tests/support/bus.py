@@ -8,8 +8,9 @@
   :func:`history_problems` (published deltas against the API server's event history) and
   :func:`republish_problems` (nothing unchanged re-published after a restart).
 * :func:`wait_until`: poll a condition with a generous timeout instead of sleeping.
-* :class:`ReflectorProcess`: ``python -m reflector_svc`` as a child process with its log in a
-  file, for kill -9 / SIGSTOP / SIGTERM tests.
+* :class:`ReflectorProcess` and :class:`ProcessorProcess`: ``python -m reflector_svc`` /
+  ``python -m processor_svc`` as a child process with its log in a file, for kill -9 / SIGSTOP
+  / SIGTERM tests.
 
 Resource versions are compared as integers, as the publisher does (etcd revisions). Stream
 entries are read with a client that does not decode responses (envelopes are bytes).
@@ -28,7 +29,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Self, TypeVar
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,7 +41,9 @@ __all__ = [
     "Bus",
     "Entry",
     "History",
+    "ProcessorProcess",
     "ReflectorProcess",
+    "ServiceProcess",
     "as_history",
     "duplicate_problems",
     "history_problems",
@@ -248,6 +251,29 @@ class Bus:
         value = self.client.get(self.keys.epoch)
         return 0 if value is None else int(value)
 
+    # processors
+
+    def shard_holders(self) -> dict[int, str | None]:
+        """Every shard's ownership lease holder (``member/pid/random``), ``None`` when free."""
+        return {
+            keys.shard: (None if holder is None else _text(holder))
+            for keys in self.shards
+            for holder in (self.client.hget(keys.lease, "holder"),)
+        }
+
+    def shard_epochs(self) -> dict[int, int]:
+        """Every shard's ownership lease epoch now (0 when the lease is free)."""
+        return {keys.shard: int(self.client.hget(keys.lease, "epoch") or 0) for keys in self.shards}
+
+    def members(self) -> list[str]:
+        """The live processor members (heartbeat deadline after Redis's clock now)."""
+        seconds, micros = self.client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        live: list[bytes] = self.client.zrangebyscore(  # type: ignore[assignment]
+            self.keys.members, f"({now_ms}", "+inf"
+        )
+        return sorted(_text(member) for member in live)
+
 
 # --- checks ----------------------------------------------------------------------------------
 
@@ -376,18 +402,21 @@ def republish_problems(
     return problems[:limit]
 
 
-# --- a reflector child process ---------------------------------------------------------------
+# --- service child processes -----------------------------------------------------------------
 
 _PROBES = re.compile(r"metrics and probes on (http://\S+)")
 
 
-class ReflectorProcess:
-    """``python -m reflector_svc ARGS`` with stdout and stderr appended to ``log_path``.
+class ServiceProcess:
+    """``python -m <MODULE> ARGS`` with stdout and stderr appended to ``log_path``.
 
     ``INFORMER_BUS_*`` variables of this environment are not inherited (only ``env``'s), so
     the flags say everything. :meth:`close` kills it if still running (even when SIGSTOPped)
-    and reaps it: call it from a finalizer.
+    and reaps it: call it from a finalizer. Subclasses name the module.
     """
+
+    module = ""
+    what = "service"
 
     def __init__(
         self,
@@ -405,10 +434,10 @@ class ReflectorProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
 
-    def start(self) -> ReflectorProcess:
+    def start(self) -> Self:
         self._log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "reflector_svc", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -421,19 +450,19 @@ class ReflectorProcess:
         assert self.process is not None, "not started"
         return self.process.pid
 
-    @property
-    def identity(self) -> str | None:
-        """Its ``--identity`` (flag or env var), ``None`` when it uses the default."""
-        if "--identity" in self.args:
-            return self.args[self.args.index("--identity") + 1]
-        return self.env.get("INFORMER_BUS_IDENTITY")
+    def _flag(self, flag: str, env: str) -> str | None:
+        """A flag's value from the arguments, else from the environment, else ``None``."""
+        if flag in self.args:
+            return self.args[self.args.index(flag) + 1]
+        return self.env.get(env)
 
-    def holds(self, holder: str | None) -> bool:
-        """Whether ``holder`` (a lease holder, ``identity/pid/random``) is this process."""
+    def _holds(self, holder: str | None, name: str | None) -> bool:
+        """Whether a lease holder (``name/pid/random``, see ``common.lease.unique_holder``) is
+        this process (``name``: its configured name, ``None`` when it uses the default)."""
         if holder is None or self.process is None:
             return False
         identity, pid, _ = holder.split("/", 2)
-        return pid == str(self.pid) and (self.identity is None or identity == self.identity)
+        return pid == str(self.pid) and (name is None or identity == name)
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -446,11 +475,11 @@ class ReflectorProcess:
         """The base URL of its /metrics, /healthz and /readyz (from its start-up log line)."""
 
         def found() -> str | None:
-            assert self.running(), f"the reflector exited early:\n{self.log()}"
+            assert self.running(), f"the {self.what} exited early:\n{self.log()}"
             match = _PROBES.search(self.log())
             return match.group(1) if match else None
 
-        return wait_until(found, timeout, message="the reflector to serve its probes")
+        return wait_until(found, timeout, message=f"the {self.what} to serve its probes")
 
     def probe(self, path: str = "/readyz") -> int:
         """The HTTP status of one of its probes."""
@@ -491,7 +520,7 @@ class ReflectorProcess:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise TimeoutError(f"reflector {self.pid} still runs after {timeout} s") from None
+            raise TimeoutError(f"{self.what} {self.pid} still runs after {timeout} s") from None
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -501,3 +530,43 @@ class ReflectorProcess:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+
+class ReflectorProcess(ServiceProcess):
+    """``python -m reflector_svc ARGS``, for kill -9 / SIGSTOP / SIGTERM tests."""
+
+    module = "reflector_svc"
+    what = "reflector"
+
+    @property
+    def identity(self) -> str | None:
+        """Its ``--identity`` (flag or env var), ``None`` when it uses the default."""
+        return self._flag("--identity", "INFORMER_BUS_IDENTITY")
+
+    def holds(self, holder: str | None) -> bool:
+        """Whether ``holder`` (a lease holder, ``identity/pid/random``) is this process."""
+        return self._holds(holder, self.identity)
+
+
+class ProcessorProcess(ServiceProcess):
+    """``python -m processor_svc ARGS``, for kill -9 / SIGTERM / scale-out tests.
+
+    The working directory defaults to the repository root, so ``--handler tests.support...``
+    references import.
+    """
+
+    module = "processor_svc"
+    what = "processor"
+
+    @property
+    def member_id(self) -> str | None:
+        """Its ``--member-id`` (flag or env var), ``None`` when it uses the default."""
+        return self._flag("--member-id", "INFORMER_BUS_MEMBER_ID")
+
+    def holds(self, holder: str | None) -> bool:
+        """Whether ``holder`` (a shard lease holder, ``member/pid/random``) is this process."""
+        return self._holds(holder, self.member_id)
+
+    def owned_shards(self, bus: Bus) -> list[int]:
+        """The shards whose ownership lease this process holds now."""
+        return [shard for shard, holder in bus.shard_holders().items() if self.holds(holder)]

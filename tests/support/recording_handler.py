@@ -1,0 +1,129 @@
+"""A handler that records every call, for processor chaos tests.
+
+``python -m processor_svc --handler tests.support.recording_handler:Recorder`` (with
+``/work/main`` as the working directory, or on ``PYTHONPATH``). :class:`Recorder` is a factory
+(it takes the :class:`~processor_svc.handlers.HandlerContext`) and appends one JSON line per
+call to the file named by ``IB_RECORD_FILE``:
+
+``t`` / ``end``
+    ``time.time()`` when the call started / when it was about to return.
+``member``, ``pid``
+    ``IB_MEMBER`` (default: the processor's ``--member-id``) and this process's id.
+``kind``, ``initial``, ``key``, ``rv``, ``old_rv``, ``tombstone``
+    ``add`` / ``update`` / ``delete``; ``is_in_initial_list`` of an add; the object's key and
+    resourceVersion (a tombstone's: that of the last known state it carries, ``""`` if none);
+    an update's old resourceVersion; whether the deletion was a ``DeletedFinalStateUnknown``.
+``shard``
+    ``common.sharding.shard_for(key, shard_count)``.
+``holder``, ``epoch``, ``mine``
+    The shard's ownership lease (``ib:{R:S}:lease``) read at the start of the call, and whether
+    it named this very process. A processor may call handlers for a shard only while it holds
+    the shard's lease, so ``mine`` must always be true, and ``epoch`` tells the ownership
+    periods of a shard apart (every acquisition gets a new, higher epoch).
+
+Each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor before the call
+returns, so a call that returned is on disk even if the process is killed with SIGKILL right
+after (the page cache survives the process), and a killed process never leaves half a line.
+``IB_RECORD_DELAY`` (seconds, default 0) makes every call sleep that long: a slow handler, so
+that entries are in flight when the processor is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+
+from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.sharding import ShardKeys, shard_for
+
+__all__ = ["Recorder"]
+
+
+def _rv(obj: Obj | None) -> str:
+    if not obj:
+        return ""
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+class Recorder:
+    """Records every handler call; see the module docstring."""
+
+    def __init__(self, context: Any) -> None:
+        settings = context.settings
+        path = os.environ.get("IB_RECORD_FILE")
+        if not path:
+            raise ValueError("set IB_RECORD_FILE to the file to record handler calls in")
+        self._member = os.environ.get("IB_MEMBER") or str(settings.member_id)
+        self._pid = os.getpid()
+        # The processor's lease holder is unique_holder(member_id): "<member_id>/<pid>/<random>".
+        self._holder_prefix = f"{settings.member_id}/{self._pid}/"
+        self._delay = float(os.environ.get("IB_RECORD_DELAY", "0") or 0)
+        self._shard_count = int(settings.shard_count)
+        self._leases = [
+            ShardKeys(settings.prefix, context.resource, shard).lease
+            for shard in range(self._shard_count)
+        ]
+        self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    # --- ResourceEventHandler ---------------------------------------------------------------
+
+    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        self._record("add", meta_namespace_key(obj), _rv(obj), initial=is_in_initial_list)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._record("update", meta_namespace_key(new), _rv(new), old_rv=_rv(old))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        if isinstance(obj, DeletedFinalStateUnknown):
+            self._record("delete", obj.key, _rv(obj.obj), tombstone=True)
+        else:
+            self._record("delete", meta_namespace_key(obj), _rv(obj))
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Called by the processor at shutdown (after the last event was delivered)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+        self._redis.close()
+        return True
+
+    # --- recording --------------------------------------------------------------------------
+
+    def _record(
+        self,
+        kind: str,
+        key: str,
+        rv: str,
+        *,
+        initial: bool = False,
+        old_rv: str = "",
+        tombstone: bool = False,
+    ) -> None:
+        started = time.time()
+        shard = shard_for(key, self._shard_count)
+        holder, epoch = self._redis.hmget(self._leases[shard], "holder", "epoch")
+        holder_text = holder.decode() if isinstance(holder, bytes) else holder
+        if self._delay > 0:
+            time.sleep(self._delay)
+        record = {
+            "t": started,
+            "end": time.time(),
+            "member": self._member,
+            "pid": self._pid,
+            "kind": kind,
+            "initial": initial,
+            "key": key,
+            "rv": rv,
+            "old_rv": old_rv,
+            "tombstone": tombstone,
+            "shard": shard,
+            "holder": holder_text,
+            "epoch": int(epoch) if epoch is not None else None,
+            "mine": holder_text is not None and holder_text.startswith(self._holder_prefix),
+        }
+        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
