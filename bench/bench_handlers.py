@@ -1,0 +1,115 @@
+"""Handlers that bench/pipeline.py loads into its processor children (``--handler``).
+
+Not for production: they report to the bench through files in ``$BENCH_PIPELINE_DIR``, one
+pair per processor process (``<pid>`` is the child's process id):
+
+* ``updates-<pid>.bin``: one 16-byte record per ``on_update`` -- the churn step the simulator
+  wrote into the object's ``sim.informer-bus.io/churn`` annotation (-1 without one) and the
+  ``time.monotonic()`` at which the handler was called. CLOCK_MONOTONIC is one clock for every
+  process of the machine, so the bench compares it with its own readings directly.
+* ``stats-<pid>.json``: running counts (initial-list adds, later adds, updates, deletes),
+  replaced atomically.
+
+The handler thread only appends to a deque; a flusher thread writes both files every 20 ms
+(and once more at ``stop``, if the processor calls it), so the handler's own cost stays a few
+attribute lookups.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from informer_bus.apiserver_sim.load import CHURN_ANNOTATION
+
+__all__ = ["DIR_ENV", "RECORD", "IoBound", "Trivial"]
+
+DIR_ENV = "BENCH_PIPELINE_DIR"
+RECORD = struct.Struct("<qd")
+"""(churn step, monotonic seconds) per update."""
+_FLUSH_INTERVAL = 0.02
+
+
+class Trivial:
+    """Counts events and stamps every update; does nothing else."""
+
+    delay = 0.0
+    """Seconds of (simulated) I/O per live event."""
+
+    def __init__(self, context: Any = None) -> None:
+        self.dir = Path(os.environ[DIR_ENV])
+        self.pid = os.getpid()
+        self.counts = {"initial_adds": 0, "adds": 0, "updates": 0, "deletes": 0}
+        self._records: collections.deque[bytes] = collections.deque()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._flush_loop, name="bench-flush", daemon=True)
+        self._pack = RECORD.pack
+        # Started here, not only in start(): processor_svc/service.py passes its LoadedHandler
+        # wrappers to start_handlers/stop_handlers, so a --handler's start()/stop() are never
+        # called (a processor bug, reported with this bench).
+        self.start()
+
+    # --- the handler ----------------------------------------------------------------------
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        if is_in_initial_list:
+            self.counts["initial_adds"] += 1
+            return
+        self.counts["adds"] += 1
+        if self.delay:
+            time.sleep(self.delay)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        now = time.monotonic()
+        annotations = new["metadata"].get("annotations") or {}
+        step = annotations.get(CHURN_ANNOTATION)
+        self._records.append(self._pack(int(step) if step is not None else -1, now))
+        self.counts["updates"] += 1
+        if self.delay:
+            time.sleep(self.delay)
+
+    def on_delete(self, obj: Any) -> None:
+        self.counts["deletes"] += 1
+        if self.delay:
+            time.sleep(self.delay)
+
+    # --- lifecycle (called by the processor) ----------------------------------------------
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._flush()
+
+    def _flush_loop(self) -> None:
+        while not self._stopping.wait(_FLUSH_INTERVAL):
+            self._flush()
+
+    def _flush(self) -> None:
+        records = self._records
+        chunk = [records.popleft() for _ in range(len(records))]
+        if chunk:
+            with (self.dir / f"updates-{self.pid}.bin").open("ab") as out:
+                out.write(b"".join(chunk))
+        stats = self.dir / f"stats-{self.pid}.json"
+        temporary = stats.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps({"pid": self.pid, **self.counts}))
+        os.replace(temporary, stats)
+
+
+class IoBound(Trivial):
+    """:class:`Trivial` plus 2 ms of waiting (an I/O call) per live event. Adds of the initial
+    list do not wait: the bench measures the watch events, not a 200-second initial sync."""
+
+    delay = 0.002

@@ -1,0 +1,725 @@
+"""End to end: simulator -> reflector -> Redis -> processors -> handler, beside
+``kubernetes.informer.SharedInformer`` on the same simulator, in one run (issue 5, "Benchmark").
+
+Not a test: timings on a shared machine are noisy, so nothing asserts them. Run it from the
+repository root (it starts the simulator, a private redis-server, one reflector and the
+processors as child processes; it never touches a Redis that happens to run on the machine)::
+
+    .venv/bin/python bench/pipeline.py [--pods 100000] [--burst 30000] [--json]
+
+What runs, in order (one thing measured at a time):
+
+1. **SharedInformer** (in this process) on the first ``--informer-pods`` pods: its initial
+   list (one unpaginated LIST, until its ADDED handlers saw every pod) and a watch burst of
+   ``--informer-burst`` updates (first to last MODIFIED handled). Code from bench/reflector.py.
+2. The simulator is filled up to ``--pods``; one ``python -m reflector_svc`` child lists them
+   into Redis and stays up (watching) for the rest of the run.
+3. For 1, 2 and 4 ``python -m processor_svc`` children with the trivial handler
+   (``bench_handlers:Trivial``), started together on the filled Redis:
+
+   * **initial sync**: from the first child's "started" log line (imports done) until every
+     child answers ``/readyz`` 200 and the shard assignment is balanced (16 shards, each child
+     owning 16 // n or one more); the time from spawn is reported too;
+   * **watch burst**: ``--burst`` pod updates generated while the simulator holds its watch
+     streams, then released at once; timed from the first update a handler saw to the last.
+     The simulator's events travel through the reflector, Redis and the processors;
+   * **steady** (with ``--steady-processors`` children only): churn at ``--steady-rate``
+     updates/s for ``--steady-seconds``; the latency of every update from its creation in the
+     simulator to its handler call, p50/p99.
+
+4. For 1 and 4 children with the I/O-bound handler (``bench_handlers:IoBound``, 2 ms of
+   waiting per live event): a burst of ``--io-burst`` updates; the scale-out ratio.
+
+Event-to-handler latency: the handler only sees the object. The simulator's churn writes its
+step number ``i`` into the annotation ``sim.informer-bus.io/churn`` (it cannot carry a
+timestamp: the churn API has no such option and the managedFields time is a fake, step-derived
+clock), and a paced churn creates step ``i`` at ``start + i / rate`` (batches are at most 1 ms
+early). ``start`` is not reported by the simulator, so the bench samples the simulator's
+resourceVersion (``/_sim/stats``, every 50 ms): each sample with ``n`` events created at time
+``t`` gives ``start ~= t - (n - 0.5) / rate``; the median of those is used, and their spread (how
+far the simulator ran late) is reported. Handlers stamp ``time.monotonic()``: one clock for
+every process of this machine, no clock skew.
+
+Targets (issue 5): end-to-end burst events/s >= 5x SharedInformer's; with the I/O-bound
+handler, 4 processors >= 3.5x the throughput of 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import redis
+from bench_handlers import DIR_ENV, RECORD
+from kubernetes import client as kube_client
+from reflector import (
+    PREFIX,
+    RESOURCE,
+    ROOT,
+    SHARDS,
+    BenchError,
+    ReflectorChild,
+    Sim,
+    _interrupt,
+    _progress,
+    _timeout,
+    frozen_heap,
+    machine,
+    shared_informer,
+    stream_entries,
+    synced_shards,
+    wait_for,
+)
+
+from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from tests.support.redis_server import RedisServer
+
+TRIVIAL = "bench_handlers:Trivial"
+IO_BOUND = "bench_handlers:IoBound"
+PROCESSOR_COUNTS = (1, 2, 4)
+IO_COUNTS = (1, 4)
+
+INFORMER = "kubernetes SharedInformer"
+PIPELINE = "informer-bus pipeline"
+SYNC = "initial sync"
+BURST = "watch burst"
+STEADY = "steady churn"
+IO_BURST = "burst, 2 ms handler"
+
+INFORMER_TARGET = 5.0
+"""End-to-end burst events/s over SharedInformer's burst events/s, at least."""
+SCALE_OUT_TARGET = 3.5
+"""I/O-bound handler: 4 processors' events/s over 1 processor's, at least."""
+
+STATS_INTERVAL = 0.05
+"""Seconds between the simulator resourceVersion samples of the steady phase."""
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class Row:
+    workload: str
+    config: str
+    events: int
+    seconds: float
+    baseline: str | None = None
+    baseline_rate: float | None = None
+    target: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.events / max(self.seconds, 1e-6)
+
+    def as_dict(self) -> dict[str, Any]:
+        ratio = None if self.baseline_rate is None else self.rate / self.baseline_rate
+        return {
+            "workload": self.workload,
+            "config": self.config,
+            "events": self.events,
+            "seconds": round(self.seconds, 4),
+            "events_per_s": round(self.rate, 1),
+            "ratio": None if ratio is None else round(ratio, 3),
+            "baseline": self.baseline,
+            "target_ratio": self.target,
+            "met": None if self.target is None or ratio is None else ratio >= self.target,
+            **self.extra,
+        }
+
+
+def _procs(count: int) -> str:
+    return f"{count} processor" + ("s" if count > 1 else "")
+
+
+# ----------------------------------------------------------------------------- processors
+
+
+class ProcessorChild:
+    """``python -m processor_svc`` with a bench handler; its JSON log is watched for the
+    "started ... probes on URL" line (the URL of /readyz, the moment imports were done)."""
+
+    def __init__(
+        self, redis_url: str, handler: str, member: str, data_dir: Path, log_path: Path
+    ) -> None:
+        flags = {
+            "resource": RESOURCE,
+            "redis-url": redis_url,
+            "prefix": PREFIX,
+            "shard-count": SHARDS,
+            "handler": handler,
+            "http-host": "127.0.0.1",
+            "http-port": 0,
+            "member-id": member,
+            "log-level": "info",
+        }
+        self.args = [sys.executable, "-m", "processor_svc", "--log-json"]
+        for name, value in flags.items():
+            self.args += [f"--{name}", str(value)]
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.started = 0.0
+        self._log: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> ProcessorChild:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
+        env[DIR_ENV] = str(self.data_dir)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "bench"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT
+        )
+        self._reader = threading.Thread(target=self._read_log, name="processor-log", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read_log(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        assert self._log is not None
+        for raw in self.process.stderr:
+            arrived = time.monotonic()
+            self._log.write(raw)
+            try:
+                message = str(orjson.loads(raw).get("message", ""))
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if " started for " in message and "probes on " in message and not self.url:
+                self.started = arrived
+                self.url = message.rsplit("probes on ", 1)[1].strip()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            raise BenchError(f"a processor exited; its log:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self._log is not None:
+            self._log.flush()
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def owned(self) -> list[int] | None:
+        """The shards it owns when /readyz says ready, else None."""
+        if not self.url:
+            return None
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=5) as resp:
+                detail = str(orjson.loads(resp.read())["detail"])
+        except (urllib.error.URLError, OSError):  # 503 (not ready) is an HTTPError
+            return None
+        found = re.search(r"owns shards \[([\d, ]*)\]", detail)
+        return [int(s) for s in found.group(1).split(",") if s.strip()] if found else None
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        """SIGTERM (drain, acknowledge, hand the shards over), SIGKILL if it hangs."""
+        if self.process is not None:
+            self.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            if self._reader is not None:
+                self._reader.join(10)
+            if self.process.stderr is not None:
+                self.process.stderr.close()
+            self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Group:
+    """``count`` processor children started together, and what their handlers reported."""
+
+    def __init__(
+        self, count: int, handler: str, redis_url: str, *, data_dir: Path, workdir: Path, tag: str
+    ) -> None:
+        self.children = [
+            ProcessorChild(
+                redis_url, handler, f"{tag}-p{i}", data_dir, workdir / f"processor-{tag}-p{i}.log"
+            )
+            for i in range(count)
+        ]
+        self.data_dir = data_dir
+        self.spawned = 0.0
+        self.offsets: dict[int, int] = {}
+
+    def start(self) -> None:
+        self.spawned = time.monotonic()
+        for child in self.children:
+            child.start()
+
+    def stop(self) -> None:
+        for child in self.children:  # all at once, then reap
+            child.terminate()
+        for child in self.children:
+            child.stop()
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            child.check_alive()
+
+    def balanced(self) -> bool:
+        """Every child ready, the shards split evenly among them, none twice."""
+        quota = SHARDS // len(self.children)
+        owned: list[int] = []
+        for child in self.children:
+            shards = child.owned()
+            if shards is None or not quota <= len(shards) <= quota + 1:
+                return False
+            owned += shards
+        return sorted(owned) == list(range(SHARDS))
+
+    def _file(self, child: ProcessorChild, kind: str) -> Path:
+        return self.data_dir / f"{kind}-{child.pid}.{'bin' if kind == 'updates' else 'json'}"
+
+    def mark(self) -> None:
+        """From now on, :meth:`updates` counts and reads only what handlers record next."""
+        for child in self.children:
+            path = self._file(child, "updates")
+            self.offsets[child.pid] = path.stat().st_size if path.exists() else 0
+
+    def updates_seen(self) -> int:
+        total = 0
+        for child in self.children:
+            path = self._file(child, "updates")
+            if path.exists():
+                total += (path.stat().st_size - self.offsets.get(child.pid, 0)) // RECORD.size
+        return total
+
+    def updates(self) -> list[tuple[int, float]]:
+        """(churn step, handler time) of every update since :meth:`mark`."""
+        out: list[tuple[int, float]] = []
+        for child in self.children:
+            path = self._file(child, "updates")
+            if not path.exists():
+                continue
+            with path.open("rb") as data:
+                data.seek(self.offsets.get(child.pid, 0))
+                raw = data.read()
+            raw = raw[: len(raw) - len(raw) % RECORD.size]
+            out += RECORD.iter_unpack(raw)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for child in self.children:
+            with contextlib.suppress(OSError, orjson.JSONDecodeError):
+                stats = orjson.loads(self._file(child, "stats").read_bytes())
+                for name, value in stats.items():
+                    if name != "pid":
+                        total[name] = total.get(name, 0) + int(value)
+        return total
+
+
+@contextlib.contextmanager
+def group_running(
+    count: int, handler: str, redis_url: str, workdir: Path, tag: str
+) -> Iterator[Group]:
+    data_dir = workdir / f"data-{tag}"
+    data_dir.mkdir()
+    group = Group(count, handler, redis_url, data_dir=data_dir, workdir=workdir, tag=tag)
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()
+
+
+def wait_synced(group: Group, pods: int) -> tuple[float, float]:
+    """Seconds from the first child's "started" line, and from spawn, until balanced+ready."""
+    wait_for(
+        group.balanced, "the processors' initial sync", _timeout(pods) + 60, alive=group.check_alive
+    )
+    ready = time.monotonic()
+    started = min(child.started for child in group.children)
+    return ready - started, ready - group.spawned
+
+
+def burst(sim: Sim, group: Group, count: int, seed: int) -> float:
+    """Seconds from the first burst update a handler saw to the last."""
+    group.mark()
+    sim.burst(count, seed)
+    wait_for(
+        lambda: group.updates_seen() >= count,
+        "the burst through the pipeline",
+        _timeout(count),
+        alive=group.check_alive,
+    )
+    times = [handled for _, handled in group.updates()]
+    if len(times) != count:
+        raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
+    return max(1e-6, max(times) - min(times))
+
+
+def steady(
+    sim: Sim, group: Group, rate: float, seconds: float, seed: int
+) -> tuple[Row, dict[str, Any]]:
+    """Churn at ``rate`` updates/s for ``seconds``; the latency of every update."""
+    rv0 = int(sim.resource_version())
+    group.mark()
+    samples: list[tuple[float, int]] = []
+    sim.process.churn(rate=rate, seconds=seconds, seed=seed, wait=False, mix={"update": 1.0})
+    deadline = time.monotonic() + seconds + 1
+    while time.monotonic() < deadline:
+        before = time.monotonic()
+        rv = int(sim.resource_version())
+        samples.append(((before + time.monotonic()) / 2, rv - rv0))
+        group.check_alive()
+        time.sleep(STATS_INTERVAL)
+    created = int(sim.resource_version()) - rv0
+    while (now := int(sim.resource_version()) - rv0) != created:  # the churn's last batch
+        created = now
+        time.sleep(0.2)
+    wait_for(
+        lambda: group.updates_seen() >= created,
+        "the steady churn's last updates",
+        _timeout(created),
+        alive=group.check_alive,
+    )
+    records = group.updates()
+    if len(records) != created or created == 0:
+        raise BenchError(f"handlers saw {len(records)} updates of {created} churned")
+    during = [(t, n) for t, n in samples if 0 < n < created]
+    if not during:
+        raise BenchError("no simulator sample fell inside the steady churn")
+    starts = sorted(t - (n - 0.5) / rate for t, n in during)
+    start = statistics.median(starts)
+    latencies = sorted(handled - (start + step / rate) for step, handled in records)
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    first = min(handled for _, handled in records)
+    last = max(handled for _, handled in records)
+    latency = {
+        "p50_ms": round(cuts[49] * 1000, 2),
+        "p99_ms": round(cuts[98] * 1000, 2),
+        "max_ms": round(latencies[-1] * 1000, 2),
+        "min_ms": round(latencies[0] * 1000, 2),
+        "simulator_late_ms": round((starts[-1] - start) * 1000, 2),
+        "rate_asked": rate,
+    }
+    row = Row(STEADY, _procs(len(group.children)), created, max(1e-6, last - first), extra=latency)
+    return row, latency
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def informer_rows(
+    args: argparse.Namespace, sim: Sim, stack: contextlib.ExitStack, seeds: Iterator[int]
+) -> tuple[Row, Row]:
+    configuration = kube_client.Configuration()
+    configuration.host = sim.url
+    api = kube_client.ApiClient(configuration)
+    stack.callback(api.close)
+    _progress(
+        args,
+        f"SharedInformer: list of {args.informer_pods:,} pods, burst of "
+        f"{args.informer_burst:,} updates",
+    )
+    with frozen_heap():
+        list_s, burst_s = shared_informer(
+            sim, api, args.informer_pods, args.informer_burst, next(seeds)
+        )
+    sim.end_watches()
+    return (
+        Row(
+            SYNC,
+            "SharedInformer",
+            args.informer_pods,
+            list_s,
+            extra={"note": "one unpaginated LIST"},
+        ),
+        Row(BURST, "SharedInformer", args.informer_burst, burst_s),
+    )
+
+
+def start_reflector(
+    args: argparse.Namespace, sim: Sim, redis_url: str, workdir: Path, stack: contextlib.ExitStack
+) -> ReflectorChild:
+    _progress(args, f"reflector: listing {args.pods:,} pods into Redis")
+    reflector = ReflectorChild(sim.url, redis_url, workdir / "reflector.log")
+    stack.callback(reflector.stop)
+    reflector.start()
+    wait_for(
+        lambda: reflector.synced > 0,
+        "the reflector's initial list",
+        _timeout(args.pods),
+        alive=reflector.check_alive,
+    )
+    client = redis.Redis.from_url(redis_url, socket_timeout=60)
+    try:
+        entries, synced = stream_entries(client), synced_shards(client)
+    finally:
+        client.close()
+    if entries != args.pods or synced != SHARDS:
+        raise BenchError(
+            f"the reflector published {entries} of {args.pods} pods, "
+            f"{synced}/{SHARDS} shards synced"
+        )
+    sim.wait_watching(alive=reflector.check_alive)
+    return reflector
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[str, Any]]:
+    settings = SimulatorSettings(
+        history_max_events=max(100_000, 2 * args.burst), history_max_age=3600.0
+    )
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
+    seeds = iter(range(100, 1_000_000))
+    rows: list[Row] = []
+    latency: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        process = SimulatorProcess(settings, env=clean_env, startup_timeout=120)
+        stack.callback(process.stop)
+        process.start()
+        sim = Sim(process)
+        server = RedisServer(workdir / "redis")
+        stack.callback(server.stop)
+        server.start()
+        _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
+        _progress(args, f"populating {args.informer_pods:,} pods")
+        sim.populate(args.informer_pods, seed=1)
+        informer_list, informer_burst = informer_rows(args, sim, stack, seeds)
+        rows += [informer_list, informer_burst]
+        if args.pods > args.informer_pods:
+            _progress(args, f"populating {args.pods - args.informer_pods:,} more pods")
+            sim.populate(args.pods - args.informer_pods, seed=2)
+        reflector = start_reflector(args, sim, server.url, workdir, stack)
+        for count in PROCESSOR_COUNTS:
+            _progress(args, f"{_procs(count)}, trivial handler: initial sync")
+            with group_running(count, TRIVIAL, server.url, workdir, f"t{count}") as group:
+                from_started, from_spawn = wait_synced(group, args.pods)
+                extra = {
+                    "seconds_from_spawn": round(from_spawn, 3),
+                    "initial_adds": group.counts().get("initial_adds"),
+                }
+                rows.append(
+                    Row(
+                        SYNC,
+                        _procs(count),
+                        args.pods,
+                        from_started,
+                        baseline="SharedInformer",
+                        baseline_rate=informer_list.rate,
+                        extra=extra,
+                    )
+                )
+                _progress(args, f"{_procs(count)}, trivial handler: burst of {args.burst:,}")
+                seconds = burst(sim, group, args.burst, next(seeds))
+                rows.append(
+                    Row(
+                        BURST,
+                        _procs(count),
+                        args.burst,
+                        seconds,
+                        baseline="SharedInformer",
+                        baseline_rate=informer_burst.rate,
+                        target=INFORMER_TARGET,
+                    )
+                )
+                if count == args.steady_processors:
+                    _progress(
+                        args,
+                        f"{_procs(count)}: steady {args.steady_rate:g} updates/s "
+                        f"for {args.steady_seconds:g} s",
+                    )
+                    row, latency = steady(
+                        sim, group, args.steady_rate, args.steady_seconds, next(seeds)
+                    )
+                    rows.append(row)
+            reflector.check_alive()
+        single: Row | None = None
+        for count in IO_COUNTS:
+            _progress(args, f"{_procs(count)}, 2 ms handler: burst of {args.io_burst:,}")
+            with group_running(count, IO_BOUND, server.url, workdir, f"io{count}") as group:
+                wait_synced(group, args.pods)
+                seconds = burst(sim, group, args.io_burst, next(seeds))
+            row = Row(IO_BURST, _procs(count), args.io_burst, seconds)
+            if single is None:
+                single = row
+            else:
+                row.baseline, row.baseline_rate = "1 processor", single.rate
+                row.target = SCALE_OUT_TARGET
+            rows.append(row)
+            reflector.check_alive()
+    return rows, latency
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def notes(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
+    cores = report["machine"]["cores"]
+    latency = report["latency"]
+    text = [
+        f"this machine has {cores} cores: the simulator, redis-server, the reflector and up to "
+        "4 processors (plus this process) share them, so more processors mostly add "
+        "contention for CPU-bound work; the 2 ms handler is what scale-out is about.",
+        "ratio = events/s of the row / events/s of its baseline in this run; target = the "
+        "minimum ratio issue 5 asks for.",
+        "initial sync: processors started together on a Redis the reflector already filled; "
+        "from the first processor's 'started' log line (imports done) until every processor "
+        "answers /readyz 200 with a balanced shard assignment (seconds_from_spawn in --json). "
+        "SharedInformer: one unpaginated LIST, until its ADDED handlers saw every pod.",
+        "watch burst: updates generated while the simulator holds its watch streams, then "
+        "released; first to last update handled (pipeline: by any processor's handler; "
+        "SharedInformer: its MODIFIED handler). The reflector stays up, watching, all run.",
+    ]
+    if args.informer_pods != args.pods or args.informer_burst != args.burst:
+        text.append(
+            f"SharedInformer was measured on {args.informer_pods:,} pods and "
+            f"{args.informer_burst:,} updates (the pipeline on {args.pods:,} and "
+            f"{args.burst:,}): rates are per object (its cache of models is ~55 KB per pod)."
+        )
+    if latency:
+        text.append(
+            f"steady churn: {latency['rate_asked']:g} updates/s asked; latency = handler call "
+            "minus the simulator's creation time of that update, taken from the churn schedule "
+            "(step annotation) anchored on resourceVersion samples (see the docstring); the "
+            f"simulator ran up to {latency['simulator_late_ms']:.1f} ms behind its schedule. "
+            f"p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms, "
+            f"max {latency['max_ms']:.1f} ms."
+        )
+    text.append(
+        "2 ms handler: each processor runs a handler on one thread (client-go's model), so one "
+        "processor tops out near 500 events/s; initial-list adds do not wait."
+    )
+    return text
+
+
+def print_table(report: dict[str, Any]) -> None:
+    m, s = report["machine"], report["sizes"]
+    print(
+        f"informer-bus end-to-end benchmark: {m['cores']} cores ({m['cpu'] or 'unknown cpu'}), "
+        f"Python {m['python']}, {m['platform']}"
+    )
+    print(
+        f"sizes: {s['pods']:,} pods, bursts of {s['burst']:,} updates, {s['io_burst']:,} with "
+        f"the 2 ms handler; steady {s['steady_rate']:g}/s for {s['steady_seconds']:g} s; "
+        f"{s['shards']} shards\n"
+    )
+    header = (
+        f"{'workload':20} {'config':15} {'events':>8} {'seconds':>8} {'events/s':>9} "
+        f"{'ratio':>7}  {'vs':15} target"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in report["rows"]:
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        target = "" if r["target_ratio"] is None else f">= {r['target_ratio']:.2f}x "
+        verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
+        extra = ""
+        if r["workload"] == STEADY:
+            extra = f"  latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
+        print(
+            f"{r['workload']:20} {r['config']:15} {r['events']:>8,} {r['seconds']:8.2f} "
+            f"{r['events_per_s']:>9,.0f} {ratio:>7}  {r['baseline'] or '':15} "
+            f"{target}{verdict}{extra}".rstrip()
+        )
+    print()
+    for note in report["notes"]:
+        print(textwrap.fill(note, width=100, initial_indent="* ", subsequent_indent="  "))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=100_000, help="pods to sync")
+    parser.add_argument("--burst", type=int, default=30_000, help="updates per burst")
+    parser.add_argument(
+        "--io-burst", type=int, default=3_000, help="updates per burst with the 2 ms handler"
+    )
+    parser.add_argument(
+        "--informer-pods",
+        type=int,
+        default=None,
+        help="SharedInformer's list size (default: --pods)",
+    )
+    parser.add_argument(
+        "--informer-burst",
+        type=int,
+        default=None,
+        help="SharedInformer's burst size (default: --burst)",
+    )
+    parser.add_argument("--steady-seconds", type=float, default=30.0)
+    parser.add_argument("--steady-rate", type=float, default=1000.0, help="updates/s")
+    parser.add_argument("--steady-processors", type=int, default=1, choices=PROCESSOR_COUNTS)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args()
+    args.informer_pods = args.pods if args.informer_pods is None else args.informer_pods
+    args.informer_burst = args.burst if args.informer_burst is None else args.informer_burst
+    for name in ("pods", "burst", "io_burst", "informer_pods", "informer_burst"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.steady_seconds <= 0 or args.steady_rate <= 0:
+        parser.error("--steady-seconds and --steady-rate must be positive")
+    if args.informer_pods > args.pods:
+        parser.error("--informer-pods cannot exceed --pods")
+    signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        try:
+            rows, latency = measure(args, Path(tmp))
+        except BenchError as exc:
+            print(f"bench/pipeline.py: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted; every child process was stopped", file=sys.stderr)
+            return 130
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "sizes": {
+            "pods": args.pods,
+            "burst": args.burst,
+            "io_burst": args.io_burst,
+            "informer_pods": args.informer_pods,
+            "informer_burst": args.informer_burst,
+            "steady_seconds": args.steady_seconds,
+            "steady_rate": args.steady_rate,
+            "steady_processors": args.steady_processors,
+            "shards": SHARDS,
+        },
+        "rows": [row.as_dict() for row in rows],
+        "latency": latency,
+    }
+    report["notes"] = notes(args, report)
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

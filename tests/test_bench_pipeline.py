@@ -1,0 +1,122 @@
+"""bench/pipeline.py stays runnable: a tiny run reports every workload and configuration with
+its ratio and target (timings are never checked), and no process it started outlives it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "pipeline.py"
+EXPECTED = {
+    ("initial sync", "SharedInformer"), ("watch burst", "SharedInformer"),
+    ("initial sync", "1 processor"), ("watch burst", "1 processor"),
+    ("initial sync", "2 processors"), ("watch burst", "2 processors"),
+    ("initial sync", "4 processors"), ("watch burst", "4 processors"),
+    ("steady churn", "1 processor"),
+    ("burst, 2 ms handler", "1 processor"), ("burst, 2 ms handler", "4 processors"),
+}  # fmt: skip
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def _survivors(marker: str) -> list[str]:
+    """Processes still running with ``marker`` in their environment."""
+    found = []
+    needle = f"BENCH_SMOKE_MARKER={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "BENCH_SMOKE_MARKER": marker}
+    args = ["--pods", "300", "--burst", "300", "--io-burst", "200", "--steady-seconds", "2",
+            "--json", "--quiet"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, str(BENCH), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # it stops its children on Ctrl-C
+        _, err = process.communicate(timeout=90)
+        pytest.fail(f"the bench did not finish in time:\n{err[-3000:]}")
+    assert process.returncode == 0, err[-3000:]
+    deadline = time.monotonic() + 10
+    while (left := _survivors(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes outlived the bench: {left}"
+    result: dict[str, Any] = orjson.loads(out)
+    return result
+
+
+def test_every_workload_and_configuration_has_a_row(report: dict[str, Any]) -> None:
+    rows = {(row["workload"], row["config"]): row for row in report["rows"]}
+    assert set(rows) == EXPECTED and len(report["rows"]) == len(EXPECTED)
+    for row in report["rows"]:
+        assert row["events"] > 0 and row["seconds"] > 0
+        assert row["events_per_s"] == pytest.approx(row["events"] / row["seconds"], rel=0.02)
+        if row["target_ratio"] is not None:
+            assert row["met"] == (row["ratio"] >= row["target_ratio"])
+        else:
+            assert row["met"] is None
+    for count in ("1 processor", "2 processors", "4 processors"):
+        assert rows[("watch burst", count)]["target_ratio"] == 5.0
+        assert rows[("watch burst", count)]["events"] == 300
+        assert rows[("initial sync", count)]["events"] == 300
+    assert rows[("burst, 2 ms handler", "4 processors")]["target_ratio"] == 3.5
+    assert rows[("burst, 2 ms handler", "4 processors")]["baseline"] == "1 processor"
+
+
+def test_latency_machine_and_notes_are_reported(report: dict[str, Any]) -> None:
+    latency = report["latency"]
+    assert {"p50_ms", "p99_ms", "max_ms"} <= set(latency)
+    assert latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    assert report["machine"]["cores"] >= 1
+    assert report["sizes"]["pods"] == 300 and report["sizes"]["shards"] == 16
+    assert any("cores" in note for note in report["notes"])
+
+
+def test_the_table_prints_every_row_with_its_verdict(
+    report: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import pipeline  # type: ignore[import-not-found]
+
+    pipeline.print_table(report)
+    lines = capsys.readouterr().out.splitlines()
+    assert "cores" in lines[0]
+    for row in report["rows"]:
+        [line] = [
+            line for line in lines if line.startswith(f"{row['workload']:20} {row['config']:15}")
+        ]
+        if row["met"] is not None:
+            assert ("MISSED" in line) != row["met"]
+
+
+def test_bad_flags_end_with_a_usage_error() -> None:
+    for flags in (["--pods", "0"], ["--pods", "10", "--informer-pods", "20"]):
+        result = subprocess.run(
+            [sys.executable, str(BENCH), *flags], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
