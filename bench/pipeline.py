@@ -688,6 +688,9 @@ def main() -> int:
     if args.informer_pods > args.pods:
         parser.error("--informer-pods cannot exceed --pods")
     signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
+    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
+    # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         try:
             rows, latency = measure(args, Path(tmp))

@@ -988,6 +988,9 @@ def main() -> int:
             parser.error("--py-spy needs py-spy in the venv: .venv/bin/pip install py-spy")
         args.py_spy.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
+    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
+    # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         try:
             results = measure(args, sizes, Path(tmp))
