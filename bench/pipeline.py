@@ -52,27 +52,25 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import redis
 from bench_handlers import DIR_ENV, RECORD
+from harness import ROOT, ServiceChild
 from kubernetes import client as kube_client
 from reflector import (
     PREFIX,
     RESOURCE,
-    ROOT,
     SHARDS,
     BenchError,
     ReflectorChild,
@@ -153,9 +151,11 @@ def _procs(count: int) -> str:
 # ----------------------------------------------------------------------------- processors
 
 
-class ProcessorChild:
-    """``python -m processor_svc`` with a bench handler; its JSON log is watched for the
-    "started ... probes on URL" line (the URL of /readyz, the moment imports were done)."""
+class ProcessorChild(ServiceChild):
+    """``python -m processor_svc`` with a bench handler; its "started ... probes on URL" line
+    gives the URL of /readyz and the moment imports were done."""
+
+    label = "processor"
 
     def __init__(
         self, redis_url: str, handler: str, member: str, data_dir: Path, log_path: Path
@@ -171,59 +171,28 @@ class ProcessorChild:
             "member-id": member,
             "log-level": "info",
         }
-        self.args = [sys.executable, "-m", "processor_svc", "--log-json"]
-        for name, value in flags.items():
-            self.args += [f"--{name}", str(value)]
+        python_path = [
+            str(ROOT / "bench"),
+            str(ROOT),
+            *filter(None, [os.environ.get("PYTHONPATH")]),
+        ]
+        super().__init__(
+            "processor_svc",
+            flags,
+            log_path,
+            extra_env={DIR_ENV: str(data_dir), "PYTHONPATH": os.pathsep.join(python_path)},
+            # One clock with the handlers' stamps (time.monotonic is system-wide on Linux).
+            clock=time.monotonic,
+            stop_timeout=30.0,  # SIGTERM drains, acknowledges and hands the shards over
+        )
         self.data_dir = data_dir
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.started = 0.0
-        self._log: IO[bytes] | None = None
-        self._reader: threading.Thread | None = None
 
-    def start(self) -> ProcessorChild:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
-        env[DIR_ENV] = str(self.data_dir)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "bench"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
-        )
-        self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT
-        )
-        self._reader = threading.Thread(target=self._read_log, name="processor-log", daemon=True)
-        self._reader.start()
-        return self
-
-    def _read_log(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        assert self._log is not None
-        for raw in self.process.stderr:
-            arrived = time.monotonic()
-            self._log.write(raw)
-            try:
-                message = str(orjson.loads(raw).get("message", ""))
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if " started for " in message and "probes on " in message and not self.url:
-                self.started = arrived
-                self.url = message.rsplit("probes on ", 1)[1].strip()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            raise BenchError(f"a processor exited; its log:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        if self._log is not None:
-            self._log.flush()
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+    def on_message(self, message: str, arrived: float) -> None:
+        if " started for " in message and "probes on " in message and not self.url:
+            self.started = arrived
+            self.url = message.rsplit("probes on ", 1)[1].strip()
 
     def owned(self) -> list[int] | None:
         """The shards it owns when /readyz says ready, else None."""
@@ -236,28 +205,6 @@ class ProcessorChild:
             return None
         found = re.search(r"owns shards \[([\d, ]*)\]", detail)
         return [int(s) for s in found.group(1).split(",") if s.strip()] if found else None
-
-    def terminate(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-
-    def stop(self) -> None:
-        """SIGTERM (drain, acknowledge, hand the shards over), SIGKILL if it hangs."""
-        if self.process is not None:
-            self.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            if self._reader is not None:
-                self._reader.join(10)
-            if self.process.stderr is not None:
-                self.process.stderr.close()
-            self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 class Group:

@@ -61,11 +61,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import redis
 import urllib3
+from harness import BenchError, ServiceChild
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.informer import ADDED, MODIFIED, SharedInformer
@@ -73,7 +74,6 @@ from kubernetes.informer import ADDED, MODIFIED, SharedInformer
 from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
 SHARDS = 16
 PAGE_SIZE = 500
 PREFIX = "ib"
@@ -94,10 +94,6 @@ TARGETS = {INFORMER: 5.0, BARE: 0.70}
 BARE_READ_SIZE = 256 << 10
 """Bytes per read of the bare watch loop: 128 KiB to 1 MiB measured alike (~70-85k events/s
 here, about what the simulator writes); 64 KiB was slower."""
-
-
-class BenchError(RuntimeError):
-    """Something other than speed went wrong (a reader lost events, a child died)."""
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -431,9 +427,11 @@ def frozen_heap() -> Iterator[None]:
 # ----------------------------------------------------------------------------- reflector
 
 
-class ReflectorChild:
-    """``python -m reflector_svc`` into the private Redis; its JSON log lines are watched for
-    the moments the list starts and ends (timestamps taken as each line arrives)."""
+class ReflectorChild(ServiceChild):
+    """``python -m reflector_svc`` into the private Redis; its log lines mark the moments the
+    list starts and ends."""
+
+    label = "reflector"
 
     def __init__(self, sim_url: str, redis_url: str, log_path: Path) -> None:
         flags = {
@@ -444,78 +442,17 @@ class ReflectorChild:
             "retention-min-entries": 10**9, "retention-max-entries": 10**9,
             "retention-interval": 86400,
         }  # fmt: skip
-        self.args = [sys.executable, "-m", "reflector_svc", "--log-json"]
-        for name, value in flags.items():
-            self.args += [f"--{name}", str(value)]
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.spawned = 0.0
+        super().__init__("reflector_svc", flags, log_path)
         self.listing = 0.0
         self.synced = 0.0
         self.synced_deltas = -1
-        self._log: IO[bytes] | None = None
-        self._reader: threading.Thread | None = None
 
-    def start(self) -> ReflectorChild:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
-        self._log = self.log_path.open("ab")
-        self.spawned = time.perf_counter()
-        self.process = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT
-        )
-        self._reader = threading.Thread(target=self._read_log, name="reflector-log", daemon=True)
-        self._reader.start()
-        return self
-
-    def _read_log(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        assert self._log is not None
-        for raw in self.process.stderr:
-            arrived = time.perf_counter()
-            self._log.write(raw)
-            try:
-                message = str(orjson.loads(raw).get("message", ""))
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if message.startswith(f"leading {RESOURCE} ") and message.endswith("listing"):
-                self.listing = arrived
-            elif message.startswith(f"{RESOURCE}: synced at rv ") and not self.synced:
-                self.synced_deltas = int(message.rsplit("(", 1)[1].split(maxsplit=1)[0])
-                self.synced = arrived
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            raise BenchError(f"the reflector exited; its log:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        if self._log is not None:
-            self._log.flush()
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """SIGTERM (a clean stop), SIGKILL if it hangs; reap it and its log reader."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(20)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            if self._reader is not None:
-                self._reader.join(10)
-            if self.process.stderr is not None:
-                self.process.stderr.close()
-            self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+    def on_message(self, message: str, arrived: float) -> None:
+        if message.startswith(f"leading {RESOURCE} ") and message.endswith("listing"):
+            self.listing = arrived
+        elif message.startswith(f"{RESOURCE}: synced at rv ") and not self.synced:
+            self.synced_deltas = int(message.rsplit("(", 1)[1].split(maxsplit=1)[0])
+            self.synced = arrived
 
 
 def stream_keys() -> list[str]:
