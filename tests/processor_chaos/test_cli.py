@@ -7,7 +7,6 @@ the shard leases at once, so another processor takes over without waiting for th
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from tests.processor_chaos.conftest import (
     wait_converged,
 )
 from tests.support.bus import Bus, ProcessorProcess, wait_until
+from tests.support.cli import one_line_error, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = [sys.executable, "-m", "processor_svc"]
@@ -35,21 +35,11 @@ EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
 def _run(
     command: Sequence[str], *args: str, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("INFORMER_BUS_", "IB_"))}
-    return subprocess.run(
-        [*command, *args], capture_output=True, text=True, check=False, timeout=60, cwd=ROOT,
-        env={**clean, **(env or {})},
-    )  # fmt: skip
+    return run_command(command, *args, env=env)
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    """Exit status 2 and exactly one line on stderr, no traceback; returns the line."""
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("informer-bus processor: error: ")
-    return lines[0]
+    return one_line_error(result, "informer-bus processor")
 
 
 @pytest.mark.parametrize("command", [MODULE, CONSOLE], ids=["python-m", "informer-bus"])

@@ -8,7 +8,6 @@ lease so that a standby takes over at once.
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from tests.reflector_ha.conftest import (
     wait_caught_up,
 )
 from tests.support.bus import Bus, ReflectorProcess, wait_until
+from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,21 +36,11 @@ CONSOLE = [str(Path(sys.executable).with_name("informer-bus")), "reflector"]
 def _run(
     command: Sequence[str], *args: str, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
-    return subprocess.run(
-        [*command, *args], capture_output=True, text=True, check=False, timeout=60, cwd=ROOT,
-        env={**clean, **(env or {})},
-    )  # fmt: skip
+    return run_command(command, *args, env=env)
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    """Exit status 2 and exactly one line on stderr, no traceback; returns the line."""
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("informer-bus reflector: error: ")
-    return lines[0]
+    return one_line_error(result, "informer-bus reflector")
 
 
 @pytest.mark.parametrize("command", [MODULE, CONSOLE], ids=["python-m", "informer-bus"])
