@@ -55,6 +55,7 @@ __all__ = [
     "RedisLease",
     "hash_tag",
     "lease_client",
+    "lease_client_for",
     "unique_holder",
 ]
 
@@ -93,6 +94,16 @@ def unique_holder(name: str | None = None) -> str:
     recycled pid) from its predecessor, whose lease it must not inherit.
     """
     return f"{name or socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+
+
+def lease_client_for(url: str, *, lease_duration: float, renew_deadline: float) -> redis.Redis:
+    """A :func:`lease_client` whose calls always end between the renew deadline and the lease
+    expiry (a call takes up to about ``2 * timeout``), so a holder that gives up at its
+    deadline never still writes after someone else could have taken the lease."""
+    margin = lease_duration - renew_deadline
+    if not margin > 0:
+        raise ValueError("renew_deadline must be shorter than lease_duration")
+    return lease_client(url, timeout=min(2.0, margin / 2.5))
 
 
 def lease_client(url: str, *, timeout: float = 2.0, **kwargs: Any) -> redis.Redis:

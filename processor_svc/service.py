@@ -25,7 +25,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
-from common.lease import lease_client, unique_holder
+from common.lease import lease_client_for, unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.sharding import ShardKeys
@@ -75,8 +75,11 @@ class ProcessorService:
             settings.redis_url, socket_timeout=30, socket_connect_timeout=5,
             health_check_interval=15,
         )  # fmt: skip
-        margin = settings.lease_duration - settings.renew_deadline
-        self.lease_redis = lease_client(settings.redis_url, timeout=min(2.0, margin / 2.5))
+        self.lease_redis = lease_client_for(
+            settings.redis_url,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+        )
         self.lister = ShardedLister(settings.shard_count)
         context = HandlerContext(
             lister=self.lister,

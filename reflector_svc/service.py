@@ -19,7 +19,7 @@ import kubernetes.client
 import redis
 from prometheus_client import CollectorRegistry
 
-from common.lease import LeaderElector, RedisLease, lease_client, unique_holder
+from common.lease import LeaderElector, RedisLease, lease_client_for, unique_holder
 from common.observability import ObservabilityServer
 from common.sharding import ResourceKeys, ShardKeys
 from reflector_svc.kube import KubeSource, load_api_client
@@ -74,9 +74,11 @@ class ReflectorService:
             settings.redis_url, socket_timeout=30, socket_connect_timeout=5,
             health_check_interval=15,
         )  # fmt: skip
-        # A lease call must end before the lease can expire after the renew deadline.
-        margin = settings.lease_duration - settings.renew_deadline
-        self.lease_redis = lease_client(settings.redis_url, timeout=min(2.0, margin / 2.5))
+        self.lease_redis = lease_client_for(
+            settings.redis_url,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+        )
         self.holder = unique_holder(settings.identity)
         self._runners: list[_ResourceRunner] = []
         self._stopping = threading.Event()

@@ -689,3 +689,22 @@ def test_three_electors_with_churn_never_overlap(
             elector.stop()
     recorder.assert_one_leader_at_a_time()
     assert len(recorder.terms) >= 6
+
+
+def test_lease_client_for_ends_calls_between_renew_deadline_and_expiry() -> None:
+    from common.lease import lease_client_for
+
+    client = lease_client_for("redis://127.0.0.1:1/0", lease_duration=15.0, renew_deadline=10.0)
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == 2.0  # min(2, 5 / 2.5): two timeouts < the 5 s margin
+        assert kwargs["socket_connect_timeout"] == 2.0
+    finally:
+        client.close()
+    short = lease_client_for("redis://127.0.0.1:1/0", lease_duration=2.0, renew_deadline=1.5)
+    try:
+        assert short.connection_pool.connection_kwargs["socket_timeout"] == 0.2
+    finally:
+        short.close()
+    with pytest.raises(ValueError, match="renew_deadline"):
+        lease_client_for("redis://127.0.0.1:1/0", lease_duration=2.0, renew_deadline=2.0)
