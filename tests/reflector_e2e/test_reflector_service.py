@@ -240,7 +240,7 @@ def _all_values(client: Any) -> list[bytes]:
     return values
 
 
-def test_oversized_and_nameless_objects_are_skipped_and_counted(
+def test_oversized_objects_are_skipped_and_counted(
     sim: Simulator, reflectors: Reflectors, bus: Bus
 ) -> None:
     service = reflectors.start(max_object_bytes=20_000)
@@ -315,3 +315,24 @@ def test_retention_bounds_streams_by_objects_not_history(
     wait_until(lambda: bus.entry_count() <= 5 * SHARDS, what="trimmed streams")
     assert metric(service, "informer_bus_reflector_trimmed_entries_total", resource="pods") > 0
     assert bus.known_versions() == sim.ground_truth("pods"), "the known state is never trimmed"
+
+
+def test_objects_without_a_name_are_logged_counted_and_skipped_not_fatal(
+    sim: Simulator, reflectors: Reflectors, bus: Bus
+) -> None:
+    sim.create("pods", {"metadata": {"name": "broken-1", "labels": {"broken": "yes"}}})
+    sim.create("pods", {"metadata": {"name": "fine-1"}})
+    service = reflectors.start(
+        transform="tests.reflector_e2e.transforms:lose_the_name_of_broken_pods"
+    )
+    wait_synced(service)
+    sim.create("pods", {"metadata": {"name": "broken-2", "labels": {"broken": "yes"}}})
+    sim.create("pods", {"metadata": {"name": "fine-2"}})
+    wait_until(lambda: "default/fine-2" in bus.known_versions(), what="the watch goes on")
+    assert set(bus.known_versions()) == {"default/fine-1", "default/fine-2"}
+    wait_until(
+        lambda: metric(
+            service, "informer_bus_reflector_bad_input_total", resource="pods", reason="no_name"
+        ) == 2,
+        what="both nameless objects counted",
+    )  # fmt: skip
