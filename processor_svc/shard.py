@@ -27,8 +27,9 @@ shard and one owner holds it.
    returned": a crash before this point leaves the range unacknowledged for the next owner.
 
 **Consumption**: entries after ``L`` are applied one at a time with ``process_deltas`` into the
-store, their notifications carry an :class:`~processor_svc.dispatch.AckToken`, and after every
-batch the completed prefix is acknowledged with a fenced ``XACK``.
+store, their notifications carry an :class:`~processor_svc.dispatch.AckToken` and are handed to
+the dispatcher once per read batch, and after every batch the completed prefix is acknowledged
+with a fenced ``XACK``.
 
 **Fencing**: every command that changes the consumer group -- reads included, since
 ``XREADGROUP`` moves the group's last-delivered ID -- runs in a Lua script that first checks that
@@ -90,6 +91,7 @@ from processor_svc.dispatch import (
     DeleteNotification,
     DispatcherClosedError,
     HandlerDispatcher,
+    Notification,
     UpdateNotification,
 )
 from processor_svc.metrics import ProcessorMetrics
@@ -253,31 +255,31 @@ class _ShardView:
 
 
 class _Forwarder:
-    """The ``process_deltas`` handler: turns each callback into a notification for the
-    dispatcher, carrying the current entry's token."""
+    """The ``process_deltas`` handler: collects each callback as a notification carrying the
+    current entry's token; :meth:`flush` hands a whole read batch to the dispatcher at once."""
 
-    __slots__ = ("_cancel", "_dispatcher", "cancelled", "token")
+    __slots__ = ("_cancel", "_dispatcher", "pending", "token")
 
     def __init__(self, dispatcher: HandlerDispatcher, cancel: threading.Event) -> None:
         self._dispatcher = dispatcher
         self._cancel = cancel
         self.token: AckToken | None = None
-        self.cancelled = False
+        self.pending: list[tuple[Notification, AckToken | None]] = []
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        notification = AddNotification(obj, is_in_initial_list)
-        if not self._dispatcher.deliver(notification, self.token, cancel=self._cancel):
-            self.cancelled = True
+        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        notification = UpdateNotification(old, new)
-        if not self._dispatcher.deliver(notification, self.token, cancel=self._cancel):
-            self.cancelled = True
+        self.pending.append((UpdateNotification(old, new), self.token))
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        notification = DeleteNotification(obj)
-        if not self._dispatcher.deliver(notification, self.token, cancel=self._cancel):
-            self.cancelled = True
+        self.pending.append((DeleteNotification(obj), self.token))
+
+    def flush(self) -> bool:
+        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
+        (the collected entries' tokens then never complete)."""
+        pending, self.pending = self.pending, []
+        return self._dispatcher.deliver_all(pending, cancel=self._cancel)
 
 
 class ShardWorker:
@@ -567,12 +569,13 @@ class ShardWorker:
         )
         self._m.store_size.set(len(self._store))
         cancel, dispatcher = self._stop, self._dispatcher
-        for envelope in deletions:
-            if not dispatcher.deliver(DeleteNotification(envelope.to_delta().obj), cancel=cancel):
-                return
-        for obj in snapshot.values():
-            if not dispatcher.deliver(AddNotification(obj, True), cancel=cancel):
-                return
+        initial: list[tuple[Notification, AckToken | None]] = [
+            (DeleteNotification(envelope.to_delta().obj), None) for envelope in deletions
+        ]
+        initial += ((AddNotification(obj, True), None) for obj in snapshot.values())
+        if not dispatcher.deliver_all(initial, cancel=cancel):
+            return
+        del initial
         barrier = AckToken(f"takeover@{view.last_id}", on_done=self._on_synced)
         if not dispatcher.barrier(barrier, cancel=cancel):
             return
@@ -791,9 +794,13 @@ class ShardWorker:
             self._max_bytes,
             self._stop,
         )
+        forwarder.pending.clear()  # left over only by a batch that failed half-way
+        # Each entry's own hold is released once its notifications are queued (after the
+        # batch): a token must not complete before every handler holds it.
+        queued: list[AckToken] = []
         for raw_id, fields in entries:
             if stop.is_set():
-                return
+                return  # stopping: nothing of this batch is delivered, its entries stay pending
             entry_id = _text(raw_id)
             self._last_id = entry_id
             try:
@@ -806,25 +813,22 @@ class ShardWorker:
                 continue
             token = tracker.register(entry_id)
             forwarder.token = token
+            queued.append(token)
             try:
                 process_deltas(forwarder, store, (envelope.to_delta(),), False, envelope.key)
-            except DispatcherClosedError:
-                raise
             except Exception as err:  # the store refused it (an index function failed)
-                if forwarder.cancelled:
-                    return
                 reason = f"apply: {type(err).__name__}: {err}"
                 log.warning(
                     "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
                 )
                 self._dead[entry_id] = _DeadLetter.of(entry_id, reason, _payload(fields))
-                token.release()
                 continue
-            if forwarder.cancelled:
-                return  # stopping: the token never completes, the entry stays pending
-            token.release()
             applied[envelope.type] += 1
             observed_at.append(envelope.observed_at)
+        if not forwarder.flush():
+            return  # stopping: the tokens never complete, the entries stay pending
+        for token in queued:
+            token.release()
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
         """Dead-letter an entry: it is parked and acknowledged in order, with the others."""

@@ -120,6 +120,67 @@ def test_a_full_buffer_blocks_deliver_until_cancelled() -> None:
     assert [e[1] for e in blocked.events] == ["ns/p0", "ns/p1"]
 
 
+def test_deliver_all_keeps_order_and_the_buffer_bound_for_batches_larger_than_it() -> None:
+    slow, fast = Recorder(), Recorder()
+    hub = dispatcher(("slow", slow), ("fast", fast), buffer_size=4)
+    peak: list[int] = []
+    original = slow.on_add
+
+    def on_add_watching_the_buffer(o: Obj, initial: bool) -> None:
+        peak.append(max(runner.buffered() for runner in hub._runners))
+        original(o, initial)
+
+    slow.on_add = on_add_watching_the_buffer  # type: ignore[method-assign]
+    hub.start()
+    try:
+        done: list[str] = []
+        tokens = [AckToken(f"1-{i}", on_done=lambda t: done.append(t.entry_id)) for i in range(25)]
+        batch = [(AddNotification(obj(f"ns/p{i:02}", "1"), False), tokens[i]) for i in range(25)]
+        # Two notifications for one entry (a Replaced delta can give several): one token.
+        batch.insert(6, (AddNotification(obj("ns/p05-b", "1"), False), tokens[5]))
+        assert hub.deliver_all(batch)
+        for token in tokens:
+            token.release()  # the creator's holds, after the batch was queued
+        assert all(token.wait(5) for token in tokens)
+    finally:
+        left = hub.stop(1)
+    assert left == {"slow": 0, "fast": 0}
+    expected = [n.obj["metadata"]["name"] for n, _ in batch]
+    assert [e[1].split("/")[1] for e in slow.events] == expected
+    assert [e[1].split("/")[1] for e in fast.events] == expected
+    assert sorted(done) == sorted(t.entry_id for t in tokens)  # each completed exactly once
+    assert max(peak) <= 4
+
+
+def test_deliver_all_returns_false_when_cancelled_waiting_for_room() -> None:
+    blocked = Recorder()
+    blocked.gate.clear()
+    hub = dispatcher(("blocked", blocked), buffer_size=2)
+    hub.start()
+    try:
+        cancel = threading.Event()
+        token = AckToken("1-0")
+        batch = [(AddNotification(obj(f"ns/p{i}", "1"), False), token) for i in range(5)]
+        result: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(hub.deliver_all(batch, cancel=cancel))
+        )
+        waiter.start()
+        wait_until(lambda: blocked.events, what="the handler to take the first")
+        time.sleep(0.1)
+        assert result == []  # blocked on the full buffer: backpressure
+        cancel.set()
+        hub.wake()
+        waiter.join(2)
+        assert result == [False]
+        token.release()
+        assert not token.done  # the queued and the skipped notifications never release
+    finally:
+        blocked.gate.set()
+        hub.stop(1)
+    assert len(blocked.events) <= 2
+
+
 def test_stop_drops_what_the_grace_period_could_not_drain_and_refuses_more() -> None:
     blocked = Recorder()
     blocked.gate.clear()
