@@ -58,7 +58,7 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ from typing import Any
 import orjson
 import redis
 from bench_handlers import DIR_ENV, RECORD
-from harness import ROOT, ServiceChild
+from harness import ROOT, ServiceChild, process_cpu_seconds
 from kubernetes import client as kube_client
 from reflector import (
     PREFIX,
@@ -105,6 +105,9 @@ INFORMER_TARGET = 5.0
 """End-to-end burst events/s over SharedInformer's burst events/s, at least."""
 SCALE_OUT_TARGET = 3.5
 """I/O-bound handler: 4 processors' events/s over 1 processor's, at least."""
+
+CPU_COMPONENTS = ("simulator", "reflector", "redis", "processors")
+"""The processes whose CPU per event a burst reports (see ``burst``)."""
 
 STATS_INTERVAL = 0.05
 """Seconds between the simulator resourceVersion samples of the steady phase."""
@@ -315,9 +318,20 @@ def wait_synced(group: Group, pods: int) -> tuple[float, float]:
     return ready - started, ready - group.spawned
 
 
-def burst(sim: Sim, group: Group, count: int, seed: int) -> float:
-    """Seconds from the first burst update a handler saw to the last."""
+def burst(
+    sim: Sim, group: Group, count: int, seed: int, others: Mapping[str, int]
+) -> tuple[float, dict[str, float]]:
+    """Seconds from the first burst update a handler saw to the last, and the CPU each
+    component spent per update (µs: the processors' together, and each of ``others``: name
+    -> process id)."""
+    pids = {name: [pid] for name, pid in others.items()}
+    pids["processors"] = [child.pid for child in group.children]
+
+    def cpu() -> dict[str, float]:
+        return {name: sum(map(process_cpu_seconds, ids)) for name, ids in pids.items()}
+
     group.mark()
+    before = cpu()
     sim.burst(count, seed)
     wait_for(
         lambda: group.updates_seen() >= count,
@@ -325,10 +339,15 @@ def burst(sim: Sim, group: Group, count: int, seed: int) -> float:
         _timeout(count),
         alive=group.check_alive,
     )
+    after = cpu()
     times = [handled for _, handled in group.updates()]
     if len(times) != count:
         raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
-    return max(1e-6, max(times) - min(times))
+    per_event = {
+        f"{name}_cpu_us_per_event": round((after[name] - before[name]) / count * 1e6, 1)
+        for name in pids
+    }
+    return max(1e-6, max(times) - min(times)), per_event
 
 
 def steady(
@@ -464,6 +483,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             _progress(args, f"populating {args.pods - args.informer_pods:,} more pods")
             sim.populate(args.pods - args.informer_pods, seed=2)
         reflector = start_reflector(args, sim, server.url, workdir, stack)
+        assert server.process is not None
+        others = {
+            "reflector": reflector.pid,
+            "redis": server.process.pid,
+            "simulator": process.pid,
+        }
         for count in PROCESSOR_COUNTS:
             _progress(args, f"{_procs(count)}, trivial handler: initial sync")
             with group_running(count, TRIVIAL, server.url, workdir, f"t{count}") as group:
@@ -484,7 +509,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
                     )
                 )
                 _progress(args, f"{_procs(count)}, trivial handler: burst of {args.burst:,}")
-                seconds = burst(sim, group, args.burst, next(seeds))
+                seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
                 rows.append(
                     Row(
                         BURST,
@@ -494,6 +519,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
                         baseline="SharedInformer",
                         baseline_rate=informer_burst.rate,
                         target=INFORMER_TARGET,
+                        extra=cpu,
                     )
                 )
                 if count == args.steady_processors:
@@ -512,8 +538,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             _progress(args, f"{_procs(count)}, 2 ms handler: burst of {args.io_burst:,}")
             with group_running(count, IO_BOUND, server.url, workdir, f"io{count}") as group:
                 wait_synced(group, args.pods)
-                seconds = burst(sim, group, args.io_burst, next(seeds))
-            row = Row(IO_BURST, _procs(count), args.io_burst, seconds)
+                seconds, cpu = burst(sim, group, args.io_burst, next(seeds), others)
+            row = Row(IO_BURST, _procs(count), args.io_burst, seconds, extra=cpu)
             if single is None:
                 single = row
             else:
@@ -560,6 +586,12 @@ def notes(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
             f"max {latency['max_ms']:.1f} ms."
         )
     text.append(
+        "CPU µs/event: user+system CPU (from /proc) of the simulator, the reflector, "
+        "redis-server and all processors together during a burst, over its updates: unlike "
+        "events/s it hardly depends on what else the machine is running, and on 2 cores their "
+        "sum bounds the events/s."
+    )
+    text.append(
         "2 ms handler: each processor runs a handler on one thread (client-go's model), so one "
         "processor tops out near 500 events/s; initial-list adds do not wait."
     )
@@ -590,6 +622,10 @@ def print_table(report: dict[str, Any]) -> None:
         extra = ""
         if r["workload"] == STEADY:
             extra = f"  latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
+        elif "processors_cpu_us_per_event" in r:
+            extra = "  CPU µs/event: " + ", ".join(
+                f"{name} {r[f'{name}_cpu_us_per_event']:.0f}" for name in CPU_COMPONENTS
+            )
         print(
             f"{r['workload']:20} {r['config']:15} {r['events']:>8,} {r['seconds']:8.2f} "
             f"{r['events_per_s']:>9,.0f} {ratio:>7}  {r['baseline'] or '':15} "
