@@ -5,9 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench clean redis-server help
+.PHONY: test install lint typecheck layers unit bench clean redis-server help demo
 
 help:
+	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
 	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
 	@echo "make bench   - run the micro-benchmarks in bench/"
 	@echo "make clean   - remove the venv and caches"
@@ -47,6 +48,11 @@ unit: install
 	$(BIN)/pytest
 
 test: lint typecheck layers unit
+
+# The README's first command: private redis-server, simulator, reflector, two processors.
+# More flags: make demo DEMO_ARGS='--pods 10000 --churn 500' (see informer-bus demo --help).
+demo: install
+	$(BIN)/informer-bus demo $(DEMO_ARGS)
 
 bench: install
 	$(BIN)/python bench/core.py

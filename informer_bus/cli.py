@@ -12,7 +12,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 from informer_bus import __version__
+from informer_bus import subscribe as subscribe_cli
 from informer_bus.apiserver_sim.command import APISERVER_SIM
+from informer_bus.demo import DEMO
+from informer_bus.status import STATUS
 from informer_bus.subcommand import Subcommand
 from processor_svc import cli as processor_cli
 from reflector_svc import cli as reflector_cli
@@ -47,6 +50,16 @@ SUBCOMMANDS.append(
         run=processor_cli.run,
     )
 )
+SUBCOMMANDS.append(
+    Subcommand(
+        name="subscribe",
+        help=subscribe_cli.HELP,
+        configure=subscribe_cli.configure_parser,
+        run=subscribe_cli.run,
+    )
+)
+SUBCOMMANDS.append(DEMO)
+SUBCOMMANDS.append(STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:

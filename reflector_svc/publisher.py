@@ -150,7 +150,8 @@ CHECKPOINT_LUA: Final = (
     + r"""
 -- Fenced checkpoint operations on one shard. KEYS: 1 checkpoint.
 -- ARGV: 1 epoch, 2 op, 3 rv. op: 'fence' raise the fence; 'advance' rv = max(rv, ARGV[3]);
--- 'begin' relisting = 1; 'finish' rv = synced_rv = ARGV[3], relisting = 0.
+-- 'begin' relisting = 1; 'finish' rv = synced_rv = ARGV[3], relisting = 0, synced_at = now
+-- (ms, Redis clock: when the last relist finished, for `informer-bus status`).
 -- Returns {0, fence} when a newer epoch fenced the shard (nothing written), else {1}.
 local checkpoint, op = KEYS[1], ARGV[2]
 local fence = redis.call('HGET', checkpoint, 'fence') or '0'
@@ -166,7 +167,10 @@ if op == 'advance' then
 elseif op == 'begin' then
   redis.call('HSET', checkpoint, 'relisting', '1')
 elseif op == 'finish' then
-  redis.call('HSET', checkpoint, 'rv', ARGV[3], 'synced_rv', ARGV[3], 'relisting', '0')
+  local now = redis.call('TIME')
+  local now_ms = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  redis.call('HSET', checkpoint, 'rv', ARGV[3], 'synced_rv', ARGV[3], 'relisting', '0',
+             'synced_at', now_ms)
 elseif op ~= 'fence' then
   return redis.error_reply('unknown checkpoint op ' .. op)
 end

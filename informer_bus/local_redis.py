@@ -1,0 +1,99 @@
+"""A private ``redis-server`` child process on a free port, for the demo and the tests.
+
+Neither the demo nor the tests may use a Redis that happens to run on the machine
+(127.0.0.1:6379 may hold someone's data): they start their own with no persistence, in a
+directory of their own, and stop it when done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+__all__ = ["INSTALL_HINT", "RedisServer", "RedisServerMissingError", "free_port"]
+
+INSTALL_HINT = (
+    "redis-server is not installed: install Redis 7 (e.g. 'sudo apt-get install redis-server'; "
+    "'make install' does it when run as root)"
+)
+
+
+class RedisServerMissingError(RuntimeError):
+    """No ``redis-server`` binary on the PATH; the message says how to get one."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server subprocess; ``url`` is ready once :meth:`start` returns.
+
+    It runs in a process group of its own, so a Ctrl-C in the terminal reaches only its parent,
+    which can then stop the clients first and Redis last (instead of Redis vanishing under
+    clients that are still shutting down).
+    """
+
+    def __init__(self, workdir: Path, *extra_args: str) -> None:
+        self.workdir = workdir
+        self.extra_args = extra_args
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _pick_port(self) -> int:
+        """The port to listen on; tests override it to restart a server on the same port."""
+        return free_port()
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start and wait until it answers PING; raises :class:`RedisServerMissingError`
+        without the binary and ``RuntimeError`` (with its log) when it does not come up."""
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RedisServerMissingError(INSTALL_HINT)
+        self.port = self._pick_port()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        command = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+            "--logfile", str(self.workdir / "redis.log"), *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, process_group=0)
+        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        path = self.workdir / "redis.log"
+                        log = path.read_text(errors="replace") if path.exists() else ""
+                        self.stop()
+                        raise RuntimeError(f"redis-server did not start:\n{log}") from None
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """SIGTERM and reap (SIGKILL if it does not exit within 10 s)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
