@@ -28,8 +28,10 @@ shard and one owner holds it.
 
 **Consumption**: entries after ``L`` are applied one at a time with ``process_deltas`` into the
 store, their notifications carry an :class:`~processor_svc.dispatch.AckToken` and are handed to
-the dispatcher once per read batch, and after every batch the completed prefix is acknowledged
-with a fenced ``XACK``.
+the dispatcher once per read batch. The completed prefix (entries every handler returned
+for) is acknowledged by the next fenced read script, which runs ``XACK`` before
+``XREADGROUP``: one round trip per batch instead of two. A batch with dead letters goes
+through the acknowledging script, which also parks them.
 
 **Fencing**: every command that changes the consumer group -- reads included, since
 ``XREADGROUP`` moves the group's last-delivered ID -- runs in a Lua script that first checks that
@@ -130,8 +132,15 @@ _READ_LUA: Final = (
     + _CHECK_LEASE
     + """
 -- KEYS: 1 lease, 2 stream. ARGV: 1 holder, 2 epoch, 3 group, 4 consumer, 5 count,
--- 6 '>' for new entries, or an ID to replay this consumer's pending entries after it.
+-- 6 '>' for new entries, or an ID to replay this consumer's pending entries after it;
+-- then IDs to acknowledge first (the previous batches', carried here to save a round trip).
 -- Returns {0, holder, epoch} when the lease is not ours, else {1, entries}.
+local i = 7
+while i <= #ARGV do
+  local last = math.min(i + 999, #ARGV)
+  redis.call('XACK', KEYS[2], ARGV[3], unpack(ARGV, i, last))
+  i = last + 1
+end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5],
                      'STREAMS', KEYS[2], ARGV[6])
 if not r then return {1, {}} end
@@ -736,11 +745,14 @@ class ShardWorker:
     def _step(self) -> None:
         tracker = self._tracker
         assert tracker is not None
-        self._flush_acks(tracker)
-        entries = self._read()
+        acks = self._unsent_acks + tracker.completed_prefix()
+        if self._dead and any(entry_id in self._dead for entry_id in acks):
+            self._unsent_acks = acks  # dead letters are parked by the acknowledging script
+            self._flush_acks(tracker)
+            acks = []
+        entries = self._read(acks)  # the read acknowledges ``acks`` first
         if entries:
             self._apply(tracker, entries)
-            self._flush_acks(tracker)
             self._m.store_size.set(len(self._store))
             self._refresh_lag()
             if len(entries) >= self._count:
@@ -753,12 +765,15 @@ class ShardWorker:
             self._refresh_lag()
         self._wait_for_entries(tracker)
 
-    def _read(self) -> list[Any]:
+    def _read(self, acks: list[str]) -> list[Any]:
+        """The next entries, after acknowledging ``acks`` in the same fenced script (kept in
+        ``_unsent_acks`` until Redis confirmed: XACK is idempotent, a retry resends them)."""
         start = self._last_id if self._replay else ">"
+        self._unsent_acks = acks
         try:
             reply = self._read_script(
                 keys=[self._keys.lease, self._keys.stream],
-                args=[*self._lease_args, GROUP, CONSUMER, self._count, start],
+                args=[*self._lease_args, GROUP, CONSUMER, self._count, start, *acks],
                 client=self._client,
             )
         except redis.RedisError:
@@ -766,6 +781,7 @@ class ShardWorker:
             raise
         if reply[0] == 0:
             raise _OwnershipLostError(_text(reply[1]), _text(reply[2]))
+        self._unsent_acks = []
         entries: list[Any] = reply[1]
         return entries
 
