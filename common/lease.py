@@ -96,14 +96,17 @@ def unique_holder(name: str | None = None) -> str:
     return f"{name or socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
 
-def lease_client_for(url: str, *, lease_duration: float, renew_deadline: float) -> redis.Redis:
+def lease_client_for(
+    url: str, *, lease_duration: float, renew_deadline: float, **kwargs: Any
+) -> redis.Redis:
     """A :func:`lease_client` whose calls always end between the renew deadline and the lease
     expiry (a call takes up to about ``2 * timeout``), so a holder that gives up at its
-    deadline never still writes after someone else could have taken the lease."""
+    deadline never still writes after someone else could have taken the lease. ``kwargs``
+    (credentials, TLS: ``common.redis_config.connection_kwargs``) go to :func:`lease_client`."""
     margin = lease_duration - renew_deadline
     if not margin > 0:
         raise ValueError("renew_deadline must be shorter than lease_duration")
-    return lease_client(url, timeout=min(2.0, margin / 2.5))
+    return lease_client(url, timeout=min(2.0, margin / 2.5), **kwargs)
 
 
 def lease_client(url: str, *, timeout: float = 2.0, **kwargs: Any) -> redis.Redis:
@@ -175,8 +178,10 @@ class Lease(Protocol):
         ...
 
 
-# KEYS[1] lease hash {holder, epoch}, KEYS[2] epoch counter; ARGV[1] holder, ARGV[2] duration ms.
-# Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
+# KEYS[1] lease hash {holder, epoch}, KEYS[2] epoch counter; ARGV[1] holder, ARGV[2] duration ms,
+# ARGV[3] the epoch the caller held last (0: none); a new epoch is always above it, even when
+# Redis lost the counter (restarted without persistence), so a lapsed holder always sees that
+# its lease changed hands. Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
 _ACQUIRE_OR_RENEW: Final = """
 local holder = redis.call('HGET', KEYS[1], 'holder')
 if holder == ARGV[1] then
@@ -188,6 +193,10 @@ if holder then
           redis.call('PTTL', KEYS[1])}
 end
 local epoch = redis.call('INCR', KEYS[2])
+if epoch <= (tonumber(ARGV[3]) or 0) then
+  epoch = tonumber(ARGV[3]) + 1
+  redis.call('SET', KEYS[2], epoch)
+end
 redis.call('PERSIST', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', epoch)
@@ -291,6 +300,9 @@ class RedisLease:
         self._duration_ms = max(1, round(duration * 1000))
         self._acquire = client.register_script(_ACQUIRE_OR_RENEW)
         self._release = client.register_script(_RELEASE)
+        # The epoch of our last successful acquire or renewal until we give the lease up: a
+        # renewal that finds the lease gone (lapsed, or Redis lost it) gets a higher one.
+        self._held_epoch = 0
         self._read = client.register_script(_READ)
 
     @property
@@ -321,8 +333,10 @@ class RedisLease:
     def try_acquire_or_renew(self) -> LeaseStatus:
         """Acquire the lease if free or expired, renew it if ours, else report who holds it."""
         held, epoch, holder, ttl_ms = self._acquire(
-            keys=[self._key, self._epoch_key], args=[self._holder, self._duration_ms]
+            keys=[self._key, self._epoch_key],
+            args=[self._holder, self._duration_ms, self._held_epoch],
         )
+        self._held_epoch = int(epoch) if held else 0
         return LeaseStatus(
             held=bool(held),
             epoch=int(epoch),
@@ -332,6 +346,7 @@ class RedisLease:
 
     def release(self) -> bool:
         """Delete the lease if we hold it; ``True`` if it was ours (now free for anyone)."""
+        self._held_epoch = 0
         return bool(self._release(keys=[self._key], args=[self._holder]))
 
     def holder_and_epoch(self) -> tuple[str | None, int]:

@@ -13,11 +13,10 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from common.runtime import long_lived_heap_gc
 
-__all__ = ["Runnable", "fail", "run_until_signalled", "url_secrets"]
+__all__ = ["Runnable", "fail", "run_until_signalled"]
 
 
 class Runnable(Protocol):
@@ -26,11 +25,6 @@ class Runnable(Protocol):
     def start(self) -> object: ...
 
     def stop(self) -> object: ...
-
-
-def url_secrets(*urls: str | None) -> list[str]:
-    """Passwords embedded in connection URLs, for the log redactor."""
-    return [p for url in urls if url for p in (urlsplit(url).password,) if p]
 
 
 def fail(program: str, message: str) -> int:

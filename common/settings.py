@@ -50,6 +50,29 @@ class ServiceSettings:
             "metavar": "URL",
         },
     )
+    redis_username: str | None = dataclasses.field(
+        default=None, metadata={"help": "Redis ACL user to log in as", "metavar": "NAME"}
+    )
+    redis_password_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "file holding the Redis password (or set INFORMER_BUS_REDIS_PASSWORD;"
+                  " never put a password on the command line, where ps shows it)",
+                  "metavar": "PATH"},
+    )  # fmt: skip
+    redis_tls_ca_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "CA certificates (PEM) that verify the Redis server with rediss:// "
+                  "(default: the system's)", "metavar": "PATH"},
+    )  # fmt: skip
+    redis_tls_cert_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "client certificate (PEM) for a Redis that requires one (rediss://)",
+                  "metavar": "PATH"},
+    )  # fmt: skip
+    redis_tls_key_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "private key (PEM) of --redis-tls-cert-file", "metavar": "PATH"},
+    )
     prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
     shard_count: int = dataclasses.field(
         default=16,

@@ -57,6 +57,11 @@ class RedisServer:
         """The port to listen on; tests override it to restart a server on the same port."""
         return free_port()
 
+    def probe_client(self) -> redis.Redis:
+        """The client :meth:`start` PINGs until the server answers; a subclass for a server that
+        wants TLS or a password says how to reach it."""
+        return redis.Redis.from_url(self.url, socket_timeout=1)
+
     def start(self, timeout: float = 10.0) -> None:
         """Start and wait until it answers PING; raises :class:`RedisServerMissingError`
         without the binary and ``RuntimeError`` (with its log) when it does not come up."""
@@ -71,7 +76,7 @@ class RedisServer:
             "--logfile", str(self.workdir / "redis.log"), *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, process_group=0)
-        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        client = self.probe_client()
         deadline = time.monotonic() + timeout
         try:
             while True:

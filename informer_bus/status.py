@@ -28,13 +28,13 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
 from common.service_runner import fail
 from common.settings import ServiceSettings, SettingsError, add_flags, settings_from_args
 from common.sharding import ResourceKeys, ShardKeys
@@ -194,22 +194,13 @@ class StatusSnapshot:
 # --- reading Redis -----------------------------------------------------------------------------
 
 
-def redacted_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``, fit to print."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
-
-
-def status_client(url: str, *, timeout: float = 3.0) -> redis.Redis:
+def status_client(url: str, *, timeout: float = 3.0, **connection: Any) -> redis.Redis:
     """A decoding client that fails fast: an unreachable Redis is reported in seconds, not
-    after redis-py's default retries with backoff (about a minute)."""
+    after redis-py's default retries with backoff (about a minute). ``connection``: credentials
+    and TLS (``common.redis_config.connection_kwargs``)."""
     return redis.Redis.from_url(
         url, decode_responses=True, socket_timeout=timeout, socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
+        retry=Retry(NoBackoff(), 0), **connection,
     )  # fmt: skip
 
 
@@ -670,6 +661,11 @@ class StatusSettings:
     """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
 
     redis_url: str = _same_as(_SERVICE_FIELDS, "redis_url")
+    redis_username: str | None = _same_as(_SERVICE_FIELDS, "redis_username")
+    redis_password_file: str | None = _same_as(_SERVICE_FIELDS, "redis_password_file")
+    redis_tls_ca_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_ca_file")
+    redis_tls_cert_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_cert_file")
+    redis_tls_key_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_key_file")
     prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
     resource: tuple[str, ...] = field(
         default=(),
@@ -710,7 +706,7 @@ def _one_line(error: BaseException) -> str:
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(StatusSettings, ENV_PREFIX, args)
-        client = status_client(settings.redis_url)
+        client = status_client(settings.redis_url, **connection_kwargs(settings))
     except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, _one_line(exc))
     where = redacted_url(settings.redis_url)
@@ -735,7 +731,8 @@ def _run(args: argparse.Namespace) -> int:
             redis_url=settings.redis_url,
         )
     except redis.RedisError as exc:
-        return fail(PROGRAM, f"cannot read Redis at {where}: {_one_line(exc)}")
+        reason = describe_redis_error(exc) or _one_line(exc)
+        return fail(PROGRAM, f"cannot read Redis at {where}: {reason}")
     finally:
         client.close()
     if settings.output == "json":

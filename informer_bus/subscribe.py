@@ -36,6 +36,7 @@ import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
+from common.redis_config import connection_kwargs, describe_redis_error
 from common.service_runner import fail
 from common.settings import (
     ServiceSettings,
@@ -302,6 +303,7 @@ class Subscription(Iterator[SubscribedDelta]):
         block_ms: int | None = None,
         batch: int = _DEFAULT_BATCH,
         on_undecodable: Callable[[UndecodableEntry], None] | None = None,
+        connection: Mapping[str, Any] | None = None,
     ) -> None:
         self.resource = resource_id_of(resource)
         self.prefix = prefix
@@ -325,6 +327,7 @@ class Subscription(Iterator[SubscribedDelta]):
                 client_or_url,
                 socket_timeout=self._block_ms / 1000 + _SOCKET_TIMEOUT_MARGIN,
                 socket_connect_timeout=5,
+                **(connection or {}),
             )
             self._owns_client = True
             self._where = _redis_location(client_or_url)
@@ -475,6 +478,7 @@ def subscribe(
     stop: StopSignal | None = None,
     block_ms: int | None = None,
     on_undecodable: Callable[[UndecodableEntry], None] | None = None,
+    connection: Mapping[str, Any] | None = None,
 ) -> Subscription:
     """Iterate over ``resource``'s deltas from every shard, as the reflector publishes them.
 
@@ -487,7 +491,8 @@ def subscribe(
     ``shard_count``: found from the keys in Redis when ``None``. ``stop``: checked between
     reads (every ``block_ms`` at most, 2 s by default), e.g. a ``threading.Event``; the
     iteration ends when it is set. ``on_undecodable``: called for an entry that is no valid
-    envelope, which is skipped (the default logs a warning).
+    envelope, which is skipped (the default logs a warning). ``connection``: credentials and
+    TLS for a URL (``common.redis_config.connection_kwargs``).
 
     Order: every delta of one object is on one shard and arrives in stream order, which is the
     order that matters. Across shards the deltas are merged by entry ID within each read, so
@@ -508,6 +513,7 @@ def subscribe(
         stop=stop,
         block_ms=block_ms,
         on_undecodable=on_undecodable,
+        connection=connection,
     )
 
 
@@ -537,6 +543,11 @@ class SubscribeSettings:
     """Where the bus is: the services' ``--redis-url`` and ``--prefix`` (same env vars)."""
 
     redis_url: str = _service_field("redis_url")
+    redis_username: str | None = _service_field("redis_username")
+    redis_password_file: str | None = _service_field("redis_password_file")
+    redis_tls_ca_file: str | None = _service_field("redis_tls_ca_file")
+    redis_tls_cert_file: str | None = _service_field("redis_tls_cert_file")
+    redis_tls_key_file: str | None = _service_field("redis_tls_key_file")
     prefix: str = _service_field("prefix")
 
     def __post_init__(self) -> None:
@@ -546,8 +557,9 @@ class SubscribeSettings:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Ctrl-C stops it; so does closing its output (| head). --redis-url and --prefix "
-        "can also be set with the INFORMER_BUS_<NAME> environment variable shown in their help."
+        HELP + " Ctrl-C stops it; so does closing its output (| head). The --redis-* flags and "
+        "--prefix can also be set with the INFORMER_BUS_<NAME> environment variable shown in "
+        "their help."
     )
     parser.add_argument(
         "resource",
@@ -725,6 +737,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
     reader_gone = _ReaderGone(sys.stdout)
     try:
         settings = settings_from_args(SubscribeSettings, ENV_PREFIX, args)
+        connection = connection_kwargs(settings)
         options = _options(args)
     except (SettingsError, SubscribeError) as exc:
         return fail(PROGRAM, str(exc))
@@ -739,11 +752,13 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             prefix=settings.prefix,
             stop=reader_gone,
             on_undecodable=_warn_undecodable,
+            connection=connection,
         )
     except SubscribeError as exc:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
-        return fail(PROGRAM, f"cannot read {_redis_location(settings.redis_url)}: {exc}")
+        reason = describe_redis_error(exc) or exc
+        return fail(PROGRAM, f"cannot read {_redis_location(settings.redis_url)}: {reason}")
     with subscription:
         try:
             _print_deltas(itertools.islice(subscription, options.count), options.output)

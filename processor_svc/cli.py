@@ -9,11 +9,17 @@ over at once (exit 0).
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 
 from common.observability import configure_logging
 from common.plugins import PluginError
-from common.service_runner import fail, run_until_signalled, url_secrets
+from common.redis_config import (
+    check_redis_access,
+    command_line_password_warning,
+    redis_secrets,
+)
+from common.service_runner import fail, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ENV_PREFIX, ProcessorSettings
@@ -38,9 +44,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
-        configure_logging(
-            settings.log_level, settings.log_json, redact=url_secrets(settings.redis_url)
-        )
+        configure_logging(settings.log_level, settings.log_json, redact=redis_secrets(settings))
+        warning = command_line_password_warning(args.redis_url)
+        if warning is not None:
+            logging.getLogger(__name__).warning(warning)
+        check_redis_access(settings)  # wrong credentials or TLS: one line and exit 2, no retries
         service = ProcessorService(settings)
     except (SettingsError, PluginError, ValueError) as exc:
         return fail(PROGRAM, str(exc))

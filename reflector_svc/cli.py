@@ -8,11 +8,17 @@ exit status 2, never a traceback. SIGTERM and Ctrl-C stop it cleanly (exit 0).
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 
 from common.observability import configure_logging
 from common.plugins import PluginError
-from common.service_runner import fail, run_until_signalled, url_secrets
+from common.redis_config import (
+    check_redis_access,
+    command_line_password_warning,
+    redis_secrets,
+)
+from common.service_runner import fail, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
 from reflector_svc.kube import KubeError
 from reflector_svc.resources import UnknownResourceError
@@ -43,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(ReflectorSettings, ENV_PREFIX, args)
         if not settings.resource:
             raise SettingsError("give at least one --resource (e.g. --resource pods)")
-        configure_logging(
-            settings.log_level, settings.log_json, redact=url_secrets(settings.redis_url)
-        )
+        configure_logging(settings.log_level, settings.log_json, redact=redis_secrets(settings))
+        warning = command_line_password_warning(args.redis_url)
+        if warning is not None:
+            logging.getLogger(__name__).warning(warning)
+        check_redis_access(settings)  # wrong credentials or TLS: one line and exit 2, no retries
         service = ReflectorService(settings)
     except (SettingsError, PluginError, UnknownResourceError, KubeError, ValueError) as exc:
         return fail(PROGRAM, str(exc))

@@ -807,7 +807,7 @@ class WatchStream(Iterator[WatchEvent]):
             return None
         etype = doc.get("type")
         obj = doc.get("object")
-        if etype in _EVENT_TYPES:
+        if type(etype) is str and etype in _EVENT_TYPES:  # a list or dict is unhashable
             if type(obj) is not dict or type(obj.get("metadata")) is not dict:
                 self._report(f"{etype} event without an object with metadata", line)
                 return None

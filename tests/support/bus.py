@@ -404,7 +404,7 @@ def republish_problems(
 
 # --- service child processes -----------------------------------------------------------------
 
-_PROBES = re.compile(r"metrics and probes on (http://\S+)")
+_PROBES = re.compile(r"metrics and probes on (http://[^\s\"]+)")  # text or JSON logs
 
 
 class ServiceProcess:
