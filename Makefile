@@ -5,12 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench clean redis-server help demo
+.PHONY: test install lint typecheck layers unit bench clean redis-server help demo chaos
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
 	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
 	@echo "make bench   - run the micro-benchmarks in bench/"
+	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
 	@echo "make clean   - remove the venv and caches"
 
 $(BIN)/python:
@@ -56,6 +57,11 @@ demo: install
 
 bench: install
 	$(BIN)/python bench/core.py
+
+# Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang); the short ones run in
+# `make test` (tests/chaos). Exits 1 when a promise broke. docs/reliability.md has the results.
+chaos: install
+	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .import_linter_cache

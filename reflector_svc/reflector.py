@@ -164,6 +164,8 @@ class Reflector:
         # next watch starts. None until known (then the first step is a list).
         self.last_rv: str | None = None
         self._needs_list = True
+        # Set by a failed Redis call: the next attempt resumes from Redis's checkpoints.
+        self._resume_from_redis = False
         # Set after a 410 / "too large" on LIST: the next list asks for the latest state ("").
         self._rv_unavailable = False
         self._watch_list_supported = settings.watch_list
@@ -194,9 +196,7 @@ class Reflector:
         self._metrics.leader.labels(**self._label).set(1)
         try:
             self._sink.fence(epoch)
-            resume = self._sink.resume_point()
-            self.last_rv = resume.resource_version
-            self._needs_list = resume.needs_relist or resume.resource_version is None
+            self._load_resume_point()
             if not self._needs_list:
                 self.synced.set()
                 self._metrics.synced.labels(**self._label).set(1)
@@ -245,6 +245,8 @@ class Reflector:
         """One ListAndWatch; returns how long to wait before the next (1.1)."""
         try:
             self._fresh_pipeline()
+            if self._resume_from_redis:
+                self._load_resume_point()
             self._list_and_watch()
         except FencedError:
             raise
@@ -272,12 +274,23 @@ class Reflector:
             # Expected while Redis restarts or fails over: no traceback, just keep retrying.
             self._count_error("redis")
             log.warning("%s: Redis unavailable (%s); retrying", self.resource, exc)
+            self._resume_from_redis = True
         except Exception as exc:  # a bug: never crash-loop, never hang
             self._count_error(type(exc).__name__)
             log.exception("%s: list/watch failed: %s", self.resource, exc)
         if self._stop.is_set():
             return 0.0
         return backoff.next_delay()
+
+    def _load_resume_point(self) -> None:
+        """Continue from the checkpoints Redis holds rather than from what it confirmed to us:
+        a restarted Redis may have lost its last acknowledged writes (AOF ``everysec``) or
+        everything (no persistence), and only its surviving checkpoints tell what to publish
+        again (the per-key skip drops what survived)."""
+        resume = self._sink.resume_point()
+        self.last_rv = resume.resource_version
+        self._needs_list = resume.needs_relist or resume.resource_version is None
+        self._resume_from_redis = False
 
     def _count_error(self, kind: str) -> None:
         self._metrics.errors.labels(resource=self.resource, kind=kind).inc()
