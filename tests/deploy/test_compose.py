@@ -357,9 +357,10 @@ def test_the_redis_command_runs_with_the_append_only_file(stack: LocalStack) -> 
 @pytest.mark.parametrize("name", INFORMER_BUS_SERVICES)
 def test_each_service_starts_and_reaches_ready(stack: LocalStack, name: str) -> None:
     for service in stack.services[name]:
-        service.wait_ready()
+        service.wait_ready()  # /healthz and /readyz 200 at the same moment
+        # Readiness may flap later (a standby reflector that takes over is not ready until
+        # synced); liveness must not.
         assert service.probe("/healthz") == 200
-        assert service.probe("/readyz") == 200
 
 
 def test_one_reflector_leads_and_publishes_the_simulated_pods(stack: LocalStack, bus: Bus) -> None:
