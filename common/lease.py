@@ -44,6 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from common.rate_limiters import Clock, MonotonicClock
+from common.redis_config import redis_client
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -109,25 +110,29 @@ def lease_client_for(
     return lease_client(url, timeout=min(2.0, margin / 2.5), **kwargs)
 
 
-def lease_client(url: str, *, timeout: float = 2.0, **kwargs: Any) -> redis.Redis:
+def lease_client(
+    url: str, *, timeout: float = 2.0, cluster: bool = False, **kwargs: Any
+) -> redis.Redis:
     """A Redis client fit for leases: every call gives up after about ``2 * timeout`` seconds.
 
     ``timeout`` bounds the connect and each read (``socket_connect_timeout``/``socket_timeout``)
     and there are no retries: a lease operation is retried by the elector's loop, every retry
     period, where the renew deadline is checked between attempts. With the defaults (2 s timeout,
     15 s lease, 10 s deadline) a call that started just before the deadline still ends before
-    the lease can expire. Extra ``kwargs`` go to ``redis.Redis.from_url`` (e.g. ``password``).
+    the lease can expire. ``cluster``: a Redis Cluster client (no cluster-level retries either;
+    ``common.redis_config.redis_client``). Extra ``kwargs`` go to ``redis.Redis.from_url`` (e.g.
+    ``password``).
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
-    client: redis.Redis = redis.Redis.from_url(
+    return redis_client(
         url,
+        cluster=cluster,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
         **kwargs,
     )
-    return client
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,12 @@ a plain ``redis://`` URL are refused rather than silently ignored.
 :func:`check_redis_access` turns the failures a person must fix (wrong password, untrusted
 server certificate, missing client certificate) into :class:`RedisAccessError`, one line that
 names the cause, so the services can exit with status 2 at startup instead of retrying forever.
+
+Redis Cluster (``--redis-cluster``): :func:`redis_client` builds every client, a standalone one
+or a :class:`ClusterClient` that discovers the nodes from the URL's node and follows ``MOVED``
+redirections, with the same options. Keys of one shard share a hash tag, so every script and
+``MULTI`` stays within one slot; :func:`node_client` names the node that serves a key, for the
+connections that must sit on it (the processors' blocking reads, ``CLIENT UNBLOCK``).
 """
 
 from __future__ import annotations
@@ -33,19 +39,25 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from common.settings import SettingsError
 
 __all__ = [
     "PASSWORD_ENV",
+    "ClusterClient",
     "RedisAccessError",
     "RedisTarget",
     "check_redis_access",
     "command_line_password_warning",
     "connection_kwargs",
     "describe_redis_error",
+    "is_cluster",
+    "node_client",
     "redacted_url",
+    "redis_client",
     "redis_password",
     "redis_secrets",
 ]
@@ -283,3 +295,58 @@ def check_redis_access(
             raise RedisAccessError(f"{cause} [{redacted_url(target.redis_url)}]") from None
     finally:
         client.close()
+
+
+class ClusterClient(RedisCluster):
+    """A ``RedisCluster`` that also offers the one ``redis.Redis`` attribute the services read
+    besides commands: ``connection_pool``, whose settings (timeouts, retries, decoding, TLS) are
+    those of every node's pool, since all are built from the same keyword arguments."""
+
+    @property
+    def connection_pool(self) -> redis.ConnectionPool:
+        untyped: Any = self  # redis-py leaves get_default_node unannotated
+        pool: redis.ConnectionPool = self.get_redis_connection(
+            untyped.get_default_node()
+        ).connection_pool
+        return pool
+
+
+def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Redis:
+    """A client for ``url``: standalone, or with ``cluster`` a :class:`ClusterClient` that
+    reads the cluster's slot map from the URL's node at once (so an unreachable cluster, or a
+    node that is not in cluster mode, raises :class:`RedisAccessError` here, one line).
+
+    Typed ``redis.Redis`` on purpose: ``RedisCluster`` offers the same command methods
+    (key-based ones routed by slot, ``SCAN`` over every primary), which is all the services
+    call; the few places that need a particular node use :func:`node_client`. A ``retry`` in
+    ``kwargs`` becomes the cluster client's own retry policy (redis-py refuses it per node).
+    """
+    if not cluster:
+        client: redis.Redis = redis.Redis.from_url(url, **kwargs)
+        return client
+    if url.startswith("unix://"):
+        raise SettingsError("--redis-cluster needs a redis:// or rediss:// URL, not unix://")
+    try:
+        cluster_client = ClusterClient.from_url(url, **kwargs)
+    except (RedisClusterException, redis.RedisError) as exc:
+        raise RedisAccessError(
+            f"cannot use the Redis Cluster at {redacted_url(url)}: {_one_line(exc)}"
+        ) from None
+    return cluster_client  # type: ignore[return-value]  # same command API, see the docstring
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (a :func:`redis_client` with ``cluster``)."""
+    return isinstance(client, RedisCluster)
+
+
+def node_client(client: redis.Redis, key: str) -> redis.Redis:
+    """The client of the node that serves ``key`` now: ``client`` itself when standalone, else
+    that primary's own ``redis.Redis`` (its pool is shared with the cluster client). The slot
+    map is the cluster client's last known one; it is refreshed by the ``MOVED`` replies its
+    own commands get, so callers look the node up again after an error."""
+    if not is_cluster(client):
+        return client
+    cluster: Any = client  # redis-py leaves get_node_from_key unannotated
+    node: redis.Redis = cluster.get_redis_connection(cluster.get_node_from_key(key))
+    return node

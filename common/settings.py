@@ -73,6 +73,11 @@ class ServiceSettings:
         default=None,
         metadata={"help": "private key (PEM) of --redis-tls-cert-file", "metavar": "PATH"},
     )
+    redis_cluster: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "Redis is a Redis Cluster: --redis-url names any one of its nodes, "
+                  "the others are discovered (shards spread over the primaries)"},
+    )  # fmt: skip
     prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
     shard_count: int = dataclasses.field(
         default=16,

@@ -34,7 +34,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.redis_config import (
+    connection_kwargs,
+    describe_redis_error,
+    is_cluster,
+    redacted_url,
+    redis_client,
+)
 from common.service_runner import fail
 from common.settings import ServiceSettings, SettingsError, add_flags, settings_from_args
 from common.sharding import ResourceKeys, ShardKeys
@@ -194,13 +200,16 @@ class StatusSnapshot:
 # --- reading Redis -----------------------------------------------------------------------------
 
 
-def status_client(url: str, *, timeout: float = 3.0, **connection: Any) -> redis.Redis:
+def status_client(
+    url: str, *, timeout: float = 3.0, cluster: bool = False, **connection: Any
+) -> redis.Redis:
     """A decoding client that fails fast: an unreachable Redis is reported in seconds, not
     after redis-py's default retries with backoff (about a minute). ``connection``: credentials
-    and TLS (``common.redis_config.connection_kwargs``)."""
-    return redis.Redis.from_url(
-        url, decode_responses=True, socket_timeout=timeout, socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0), **connection,
+    and TLS (``common.redis_config.connection_kwargs``); ``cluster``: ``url`` names a node of a
+    Redis Cluster (keys are then found by scanning every primary)."""
+    return redis_client(
+        url, cluster=cluster, decode_responses=True, socket_timeout=timeout,
+        socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0), **connection,
     )  # fmt: skip
 
 
@@ -446,7 +455,7 @@ def collect_status(
     redis_url: str = "",
 ) -> StatusSnapshot:
     """Read every resource of ``resources`` (resource id -> shard count; default: what
-    :func:`discover_resources` finds) in at most two round trips.
+    :func:`discover_resources` finds) in at most two round trips (three on a Redis Cluster).
 
     ``client`` must decode responses (:func:`status_client`). ``member_ttl`` is the
     processors' ``--member-ttl``, used to turn heartbeat deadlines into ages. Raises
@@ -454,8 +463,10 @@ def collect_status(
     """
     if resources is None:
         resources = discover_resources(client, prefix)
+    cluster = is_cluster(client)
     pipe = client.pipeline(transaction=False)
-    pipe.time()
+    if not cluster:  # a Cluster pipeline refuses TIME (no key names a node): read it apart
+        pipe.time()
     plan: list[tuple[str, list[ShardKeys]]] = []
     for resource, shard_count in resources.items():
         keys = ResourceKeys(prefix, resource)
@@ -468,6 +479,8 @@ def collect_status(
             _queue_shard(pipe, shard_keys)
         plan.append((resource, shards))
     replies = pipe.execute(raise_on_error=False)
+    if cluster:
+        replies.insert(0, client.time())
     if isinstance(replies[0], Exception):
         raise replies[0]
     seconds, micros = replies[0]
@@ -666,6 +679,7 @@ class StatusSettings:
     redis_tls_ca_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_ca_file")
     redis_tls_cert_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_cert_file")
     redis_tls_key_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_key_file")
+    redis_cluster: bool = _same_as(_SERVICE_FIELDS, "redis_cluster")
     prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
     resource: tuple[str, ...] = field(
         default=(),
@@ -706,7 +720,9 @@ def _one_line(error: BaseException) -> str:
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(StatusSettings, ENV_PREFIX, args)
-        client = status_client(settings.redis_url, **connection_kwargs(settings))
+        client = status_client(
+            settings.redis_url, cluster=settings.redis_cluster, **connection_kwargs(settings)
+        )
     except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, _one_line(exc))
     where = redacted_url(settings.redis_url)

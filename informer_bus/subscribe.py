@@ -25,6 +25,7 @@ import re
 import select
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
@@ -36,7 +37,7 @@ import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.redis_config import connection_kwargs, describe_redis_error
+from common.redis_config import connection_kwargs, describe_redis_error, is_cluster, redis_client
 from common.service_runner import fail
 from common.settings import (
     ServiceSettings,
@@ -79,6 +80,8 @@ DEFAULT_BLOCK_MS: Final = 2000
 # a retry (the "5 s socket_timeout trap"); this is the slack given on our own connections.
 _SOCKET_TIMEOUT_MARGIN: Final = 5.0
 _DEFAULT_BATCH: Final = 500
+_CLUSTER_POLL_SECONDS: Final = 0.05
+"""How long a subscriber on a Redis Cluster waits after a read that found nothing new."""
 
 _STREAM_ID = re.compile(r"(0|[1-9][0-9]{0,19})(?:-(0|[1-9][0-9]{0,19}))?")
 _UINT64_MAX: Final = 2**64 - 1
@@ -304,6 +307,7 @@ class Subscription(Iterator[SubscribedDelta]):
         batch: int = _DEFAULT_BATCH,
         on_undecodable: Callable[[UndecodableEntry], None] | None = None,
         connection: Mapping[str, Any] | None = None,
+        cluster: bool = False,
     ) -> None:
         self.resource = resource_id_of(resource)
         self.prefix = prefix
@@ -323,8 +327,9 @@ class Subscription(Iterator[SubscribedDelta]):
         self._on_undecodable = on_undecodable or _log_undecodable
         if isinstance(client_or_url, str):
             self._block_ms = DEFAULT_BLOCK_MS if block_ms is None else block_ms
-            self._client = redis.Redis.from_url(
+            self._client = redis_client(
                 client_or_url,
+                cluster=cluster,
                 socket_timeout=self._block_ms / 1000 + _SOCKET_TIMEOUT_MARGIN,
                 socket_connect_timeout=5,
                 **(connection or {}),
@@ -336,6 +341,7 @@ class Subscription(Iterator[SubscribedDelta]):
             self._owns_client = False
             self._where = "Redis"
             self._block_ms = self._block_for(client_or_url, block_ms)
+        self._cluster = is_cluster(self._client)
         try:
             self.shard_count = shard_count or self._discover()
             self.shards = tuple(
@@ -419,8 +425,7 @@ class Subscription(Iterator[SubscribedDelta]):
     def _read(self) -> Iterator[SubscribedDelta]:
         shard_of = {keys.stream: keys.shard for keys in self.shards}
         while self._stop is None or not self._stop.is_set():
-            reply = self._client.xread(self._positions, count=self._batch, block=self._block_ms)  # type: ignore[arg-type]
-            per_stream = _stream_batches(reply)
+            per_stream = self._read_once()
             # One call's batches are merged by entry ID, i.e. by the time Redis appended them:
             # each shard's own order is kept exactly; across shards it is the best a reader of
             # several streams can do (see subscribe()).
@@ -437,6 +442,22 @@ class Subscription(Iterator[SubscribedDelta]):
                 delta = self._decode(stream, shard_of[stream], entry_id, fields)
                 if delta is not None and self._wanted(delta):
                     yield delta
+
+    def _read_once(self) -> list[tuple[str, list[tuple[bytes, Any]]]]:
+        """One read of every shard after its position. On a Redis Cluster one XREAD cannot
+        name streams of several slots, so each shard is read without blocking (one pipeline,
+        split per node by redis-py) and an empty round waits a short poll interval instead."""
+        if not self._cluster:
+            reply = self._client.xread(self._positions, count=self._batch, block=self._block_ms)  # type: ignore[arg-type]
+            return _stream_batches(reply)
+        with self._client.pipeline(transaction=False) as pipe:
+            for stream, position in self._positions.items():
+                pipe.xread({stream: position}, count=self._batch)
+            replies: list[Any] = pipe.execute()
+        batches = [batch for reply in replies for batch in _stream_batches(reply) if batch[1]]
+        if not batches:
+            time.sleep(_CLUSTER_POLL_SECONDS)
+        return batches
 
     def _decode(
         self, stream: str, shard: int, entry_id: str, fields: Mapping[Any, Any] | None
@@ -479,6 +500,7 @@ def subscribe(
     block_ms: int | None = None,
     on_undecodable: Callable[[UndecodableEntry], None] | None = None,
     connection: Mapping[str, Any] | None = None,
+    cluster: bool = False,
 ) -> Subscription:
     """Iterate over ``resource``'s deltas from every shard, as the reflector publishes them.
 
@@ -492,7 +514,9 @@ def subscribe(
     reads (every ``block_ms`` at most, 2 s by default), e.g. a ``threading.Event``; the
     iteration ends when it is set. ``on_undecodable``: called for an entry that is no valid
     envelope, which is skipped (the default logs a warning). ``connection``: credentials and
-    TLS for a URL (``common.redis_config.connection_kwargs``).
+    TLS for a URL (``common.redis_config.connection_kwargs``). ``cluster``: the URL names a
+    node of a Redis Cluster (a client given instead is recognised by its type); there the
+    shards are polled every 50 ms when idle, since one blocking XREAD cannot span slots.
 
     Order: every delta of one object is on one shard and arrives in stream order, which is the
     order that matters. Across shards the deltas are merged by entry ID within each read, so
@@ -514,6 +538,7 @@ def subscribe(
         block_ms=block_ms,
         on_undecodable=on_undecodable,
         connection=connection,
+        cluster=cluster,
     )
 
 
@@ -548,6 +573,7 @@ class SubscribeSettings:
     redis_tls_ca_file: str | None = _service_field("redis_tls_ca_file")
     redis_tls_cert_file: str | None = _service_field("redis_tls_cert_file")
     redis_tls_key_file: str | None = _service_field("redis_tls_key_file")
+    redis_cluster: bool = _service_field("redis_cluster")
     prefix: str = _service_field("prefix")
 
     def __post_init__(self) -> None:
@@ -753,6 +779,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             stop=reader_gone,
             on_undecodable=_warn_undecodable,
             connection=connection,
+            cluster=settings.redis_cluster,
         )
     except SubscribeError as exc:
         return fail(PROGRAM, str(exc))

@@ -16,12 +16,13 @@ members that crashed long ago (each ``unique_holder`` id is new per process).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
+from common.redis_config import is_cluster
 from common.sharding import ResourceKeys
 
 __all__ = ["Membership", "decode_members"]
@@ -113,6 +114,12 @@ class Membership:
 
         Lets a caller heartbeat and read other keys (the shard leases) in one round trip.
         """
+        if is_cluster(pipeline):
+            # redis-py's cluster pipeline refuses EVALSHA (and so a Script): EVAL sends the
+            # short script's text instead, and needs no NOSCRIPT recovery.
+            queue: Any = pipeline.execute_command  # redis-py leaves it unannotated
+            queue("EVAL", self._heartbeat.script, 1, self._key, *self._args())
+            return
         self._heartbeat(keys=[self._key], args=self._args(), client=pipeline)
 
     def live_members(self) -> list[str]:

@@ -28,7 +28,7 @@ from common.handlers import ResourceEventHandler
 from common.lease import lease_client_for, unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
-from common.redis_config import connection_kwargs
+from common.redis_config import connection_kwargs, redis_client
 from common.sharding import ShardKeys
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.handlers import (
@@ -73,14 +73,15 @@ class ProcessorService:
         # Blocking stream reads get their own connections inside the workers (socket timeout
         # above the BLOCK time); this client serves the short commands.
         connection = connection_kwargs(settings)
-        self.redis: redis.Redis = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=30, socket_connect_timeout=5,
-            health_check_interval=15, **connection,
+        self.redis: redis.Redis = redis_client(
+            settings.redis_url, cluster=settings.redis_cluster, socket_timeout=30,
+            socket_connect_timeout=5, health_check_interval=15, **connection,
         )  # fmt: skip
         self.lease_redis = lease_client_for(
             settings.redis_url,
             lease_duration=settings.lease_duration,
             renew_deadline=settings.renew_deadline,
+            cluster=settings.redis_cluster,
             **connection,
         )
         self.lister = ShardedLister(settings.shard_count)

@@ -76,6 +76,7 @@ from common.backoff import Backoff
 from common.deltas import DeltaType
 from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
+from common.redis_config import node_client
 from common.sharding import ShardKeys
 from common.store import Indexer, IndexFuncError
 from common.wire import (
@@ -450,7 +451,9 @@ class ShardWorker:
                 client_id = self._blocking_id
             if client_id is not None:
                 try:
-                    if self._client.client_unblock(client_id):
+                    # The blocked connection sits on the node serving the stream (Cluster).
+                    node = node_client(self._client, self._keys.stream)
+                    if node.client_unblock(client_id):
                         return
                 except redis.RedisError:
                     return  # the read ends by its own timeout
@@ -610,6 +613,11 @@ class ShardWorker:
         pipe.xinfo_groups(keys.stream)
         pipe.xpending(keys.stream, GROUP)
         objects, info, groups, pending = pipe.execute()
+        # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
+        # list): normalised so that both kinds of client read alike.
+        info = {_text(name): value for name, value in info.items()}
+        groups = [{_text(name): value for name, value in g.items()} for g in groups]
+        pending_count = pending[0] if isinstance(pending, list) else pending["pending"]
         group = next(g for g in groups if _text(g["name"]) == GROUP)
         delivered = _text(group["last-delivered-id"])
         entries_read = group.get("entries-read")
@@ -621,7 +629,7 @@ class ShardWorker:
             entries_added=_int_or_none(info.get("entries-added")),
             delivered=delivered,
             entries_read=_int_or_none(entries_read),
-            pending=int(pending["pending"]),
+            pending=int(pending_count),
         )
 
     def _load_snapshot(
@@ -938,7 +946,9 @@ class ShardWorker:
         """
         if self._blocking_client is not None:
             return self._blocking_client
-        pool = self._client.connection_pool
+        # On a Redis Cluster: the pool of the node serving the stream's slot now, looked up
+        # again whenever a failed read (MOVED, a lost node) closed the previous connection.
+        pool = node_client(self._client, self._keys.stream).connection_pool
         kwargs = {
             name: value
             for name, value in pool.connection_kwargs.items()

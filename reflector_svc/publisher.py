@@ -502,8 +502,11 @@ class ShardPublisher:
 
     def _execute(self, calls: Sequence[_Call]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
+        # execute_command rather than pipe.evalsha, which redis-py's Cluster pipeline refuses
+        # outright; both route EVALSHA by its keys (one shard, one slot). Unannotated in redis-py.
+        queue: Any = pipe.execute_command
         for call in calls:
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         return replies
 

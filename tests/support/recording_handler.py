@@ -38,6 +38,7 @@ from typing import Any
 import redis
 
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.redis_config import redis_client
 from common.sharding import ShardKeys, shard_for
 
 __all__ = ["Recorder"]
@@ -67,7 +68,9 @@ class Recorder:
             ShardKeys(settings.prefix, context.resource, shard).lease
             for shard in range(self._shard_count)
         ]
-        self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
+        self._redis: redis.Redis = redis_client(
+            settings.redis_url, cluster=settings.redis_cluster, socket_timeout=10
+        )
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     # --- ResourceEventHandler ---------------------------------------------------------------
