@@ -63,6 +63,7 @@ import collections
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -955,12 +956,19 @@ class ShardWorker:
             if name not in _POOL_BOUND_KWARGS
         }
 
+        # The hook lives as long as the pool, and redis-py's pools sit in reference cycles
+        # that only a full collection frees: a strong reference here kept every stopped
+        # worker, with its shard store, alive for minutes (found by the soak test).
+        worker = weakref.ref(self)
+
         def on_connect(connection: Any) -> None:
             connection.on_connect()
             connection.send_command("CLIENT", "ID")
             client_id = int(connection.read_response())
-            with self._block_lock:
-                self._blocking_id = client_id
+            owner = worker()
+            if owner is not None:
+                with owner._block_lock:
+                    owner._blocking_id = client_id
 
         kwargs.update(
             socket_timeout=self._block_ms / 1000 + _BLOCK_TIMEOUT_MARGIN,

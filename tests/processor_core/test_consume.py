@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
+import weakref
 
 import orjson
 import pytest
@@ -253,3 +255,23 @@ def test_a_block_longer_than_redis_pys_default_socket_timeout_is_fine_and_stop_i
         started = time.monotonic()
         worker.stop(1)
         assert time.monotonic() - started < 1.0  # CLIENT UNBLOCK, not the end of the BLOCK
+
+
+def test_a_stopped_worker_is_freed_without_waiting_for_a_full_garbage_collection(
+    shard: Shard,
+) -> None:
+    # A processor hands shards back and forth; each stopped worker holds its shard's store. If
+    # anything long-lived (here: the blocking connection's connect hook, kept by redis-py's
+    # cyclic pool) still referenced it, the store would stay in memory until a rare full
+    # collection: the soak test saw a processor's RSS climb with every rebalance.
+    gc.disable()
+    try:
+        with shard.running(("rec", Recorder()), block_ms=100) as (worker, store, dispatcher):
+            assert worker.wait_for_sync(5)
+            wait_until(lambda w=worker: w._blocking_client is not None, what="a blocking read")
+            freed = weakref.ref(worker)
+        worker.join(5)
+        del worker, store, dispatcher
+        assert freed() is None
+    finally:
+        gc.enable()
