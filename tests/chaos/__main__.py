@@ -1,6 +1,6 @@
-"""``python -m tests.chaos``: run the Redis fault scenarios and print issue 7's table.
+"""``python -m tests.chaos``: run the fault scenarios and print issue 7's table.
 
-Runs the full versions (``make chaos``; about five minutes on 2 cores) or, with ``--short``,
+Runs the full versions (``make chaos``; about ten minutes on 2 cores) or, with ``--short``,
 the ones ``make test`` runs. Exits 1 when a scenario broke a promise, after printing what.
 """
 
@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  done in {time.monotonic() - started:.0f} s; {result.deletions} deletions, "
             f"{result.redeliveries} initial-list re-deliveries; Redis failures logged: {retries}"
         )
+        for note in result.notes:
+            print(f"  {note}")
         label = "KNOWN LIMIT" if scenario.known_limit else "PROBLEM"
         for problem in result.problems:
             print(f"  {label} {problem}")
