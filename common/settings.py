@@ -23,6 +23,7 @@ __all__ = [
     "ServiceSettings",
     "SettingsError",
     "add_flags",
+    "check_key_prefix",
     "env_name",
     "flag_name",
     "load_settings",
@@ -100,8 +101,14 @@ class ServiceSettings:
             raise SettingsError(f"shard_count must be >= 1, got {self.shard_count}")
         if not 0 <= self.http_port <= 65535:
             raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")
-        if not self.prefix or any(c in self.prefix for c in "{} \t"):
-            raise SettingsError(f"invalid key prefix {self.prefix!r}")
+        check_key_prefix(self.prefix)
+
+
+def check_key_prefix(prefix: str) -> None:
+    """Refuse a key prefix that would break the Cluster hash tags or the key layout (braces,
+    whitespace) or is empty: every tool that names Redis keys checks it the same way."""
+    if not prefix or any(c in prefix for c in "{} \t"):
+        raise SettingsError(f"invalid key prefix {prefix!r}")
 
 
 def env_name(prefix: str, field_name: str) -> str:

@@ -42,7 +42,13 @@ from common.redis_config import (
     redis_client,
 )
 from common.service_runner import fail
-from common.settings import ServiceSettings, SettingsError, add_flags, settings_from_args
+from common.settings import (
+    ServiceSettings,
+    SettingsError,
+    add_flags,
+    check_key_prefix,
+    settings_from_args,
+)
 from common.sharding import ResourceKeys, ShardKeys
 from informer_bus.subcommand import Subcommand
 from processor_svc.settings import ProcessorSettings
@@ -700,8 +706,7 @@ class StatusSettings:
             raise SettingsError(f"--output must be table or json, got {self.output!r}")
         if not self.member_ttl > 0:
             raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
-        if not self.prefix or any(c in self.prefix for c in "{} \t"):
-            raise SettingsError(f"invalid key prefix {self.prefix!r}")
+        check_key_prefix(self.prefix)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from common.settings import (
     ServiceSettings,
     SettingsError,
     add_flags,
+    check_key_prefix,
     settings_from_args,
 )
 from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys
@@ -577,8 +578,7 @@ class SubscribeSettings:
     prefix: str = _service_field("prefix")
 
     def __post_init__(self) -> None:
-        if not self.prefix or any(c in self.prefix for c in "{} \t"):
-            raise SettingsError(f"invalid key prefix {self.prefix!r}")
+        check_key_prefix(self.prefix)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
