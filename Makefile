@@ -5,13 +5,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench clean redis-server help demo chaos
+.PHONY: test install lint typecheck layers unit bench bench-core clean redis-server help demo chaos soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
 	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
-	@echo "make bench   - run the micro-benchmarks in bench/"
+	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
+	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
+	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
+	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"
 	@echo "make clean   - remove the venv and caches"
 
 $(BIN)/python:
@@ -55,13 +58,27 @@ test: lint typecheck layers unit
 demo: install
 	$(BIN)/informer-bus demo $(DEMO_ARGS)
 
+# Issue 8: every contender on the same workload, table + JSON + chart (docs/performance.md).
+# More flags: make bench BENCH_ARGS='--quick --json report.json' (bench/compare.py --help).
 bench: install
+	$(BIN)/python bench/compare.py $(BENCH_ARGS)
+
+bench-core: install
 	$(BIN)/python bench/core.py
 
 # Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang); the short ones run in
 # `make test` (tests/chaos). Exits 1 when a promise broke. docs/reliability.md has the results.
 chaos: install
 	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+
+# Churn through the whole pipeline with processor p2 restarted every 10 s (SIGTERM / kill -9):
+# RSS per process, lag and losses (tests/soak). `make test` runs an 18 s version at 500/s.
+# Exits 1 when a rule broke; SOAK_ARGS='--keep DIR' keeps logs and samples.csv.
+soak: install
+	$(BIN)/python -m tests.soak --seconds 1800 --rate 2000 $(SOAK_ARGS)
+
+soak-short: install
+	$(BIN)/python -m tests.soak --seconds 60 --rate 2000 $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .import_linter_cache
