@@ -21,14 +21,13 @@ import logging
 import threading
 from collections.abc import Sequence
 
-import redis
 from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
-from common.lease import lease_client_for, unique_holder
+from common.lease import unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
-from common.redis_config import connection_kwargs, redis_client
+from common.service_clients import service_clients
 from common.sharding import ShardKeys
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.handlers import (
@@ -72,17 +71,8 @@ class ProcessorService:
         self.member_id = unique_holder(settings.member_id)
         # Blocking stream reads get their own connections inside the workers (socket timeout
         # above the BLOCK time); this client serves the short commands.
-        connection = connection_kwargs(settings)
-        self.redis: redis.Redis = redis_client(
-            settings.redis_url, cluster=settings.redis_cluster, socket_timeout=30,
-            socket_connect_timeout=5, health_check_interval=15, **connection,
-        )  # fmt: skip
-        self.lease_redis = lease_client_for(
-            settings.redis_url,
-            lease_duration=settings.lease_duration,
-            renew_deadline=settings.renew_deadline,
-            cluster=settings.redis_cluster,
-            **connection,
+        self.redis, self.lease_redis = service_clients(
+            settings, lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline
         )
         self.lister = ShardedLister(settings.shard_count)
         context = HandlerContext(

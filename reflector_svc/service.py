@@ -16,12 +16,11 @@ import threading
 from dataclasses import dataclass
 
 import kubernetes.client
-import redis
 from prometheus_client import CollectorRegistry
 
-from common.lease import LeaderElector, RedisLease, lease_client_for, unique_holder
+from common.lease import LeaderElector, RedisLease, unique_holder
 from common.observability import ObservabilityServer
-from common.redis_config import connection_kwargs, redis_client
+from common.service_clients import service_clients
 from common.sharding import ResourceKeys, ShardKeys
 from reflector_svc.kube import KubeSource, load_api_client
 from reflector_svc.metrics import ReflectorMetrics
@@ -69,19 +68,8 @@ class ReflectorService:
             in_cluster=settings.in_cluster,
             url=settings.kube_url,
         )
-        # Publishing never blocks server-side, so a short socket timeout is safe; leases get
-        # their own client (lease_client) with retries off, see common.lease.
-        connection = connection_kwargs(settings)
-        self.redis: redis.Redis = redis_client(
-            settings.redis_url, cluster=settings.redis_cluster, socket_timeout=30,
-            socket_connect_timeout=5, health_check_interval=15, **connection,
-        )  # fmt: skip
-        self.lease_redis = lease_client_for(
-            settings.redis_url,
-            lease_duration=settings.lease_duration,
-            renew_deadline=settings.renew_deadline,
-            cluster=settings.redis_cluster,
-            **connection,
+        self.redis, self.lease_redis = service_clients(
+            settings, lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline
         )
         self.holder = unique_holder(settings.identity)
         self._runners: list[_ResourceRunner] = []
