@@ -78,7 +78,7 @@ import orjson
 import redis
 import urllib3
 from bench_handlers import Trivial
-from harness import BenchError
+from harness import BenchError, start_simulator_and_redis
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.informer import ADDED, MODIFIED, SharedInformer
@@ -105,7 +105,7 @@ from reflector import (
 )
 
 from common.service_runner import fail
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from informer_bus.apiserver_sim import SimulatorSettings
 from reflector_svc.transform import build_transform
 from tests.support.redis_server import RedisServer
 
@@ -503,17 +503,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
     settings = SimulatorSettings(
         history_max_events=max(100_000, 2 * args.burst), history_max_age=3600.0
     )
-    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
     seeds = iter(range(100, 1_000_000))
     results: list[Result] = []
     with contextlib.ExitStack() as stack:
-        process = SimulatorProcess(settings, env=clean_env, startup_timeout=120)
-        stack.callback(process.stop)
-        process.start()
+        process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        server = RedisServer(workdir / "redis")
-        stack.callback(server.stop)
-        server.start()
         _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
         _progress(args, f"populating {args.pods:,} pods")
         sim.populate(args.pods, seed=1)

@@ -7,6 +7,7 @@ and stops them (SIGTERM, SIGKILL if they hang). Subclasses only say which lines 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +20,26 @@ from typing import IO, Self
 
 import orjson
 
+from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from tests.support.redis_server import RedisServer
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_simulator_and_redis(
+    stack: contextlib.ExitStack, settings: SimulatorSettings, workdir: Path
+) -> tuple[SimulatorProcess, RedisServer]:
+    """The simulator (without the caller's ``INFORMER_BUS_*`` settings leaking into it) and a
+    private redis-server, both stopped when ``stack`` closes: what every end-to-end bench runs
+    its contenders against."""
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
+    process = SimulatorProcess(settings, env=clean_env, startup_timeout=120)
+    stack.callback(process.stop)
+    process.start()
+    server = RedisServer(workdir / "redis")
+    stack.callback(server.stop)
+    server.start()
+    return process, server
 
 
 class BenchError(RuntimeError):

@@ -66,7 +66,7 @@ from typing import Any
 import orjson
 import redis
 from bench_handlers import DIR_ENV, RECORD
-from harness import ROOT, ServiceChild, process_cpu_seconds
+from harness import ROOT, ServiceChild, process_cpu_seconds, start_simulator_and_redis
 from kubernetes import client as kube_client
 from reflector import (
     PREFIX,
@@ -86,8 +86,7 @@ from reflector import (
     wait_for,
 )
 
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
-from tests.support.redis_server import RedisServer
+from informer_bus.apiserver_sim import SimulatorSettings
 
 TRIVIAL = "bench_handlers:Trivial"
 IO_BOUND = "bench_handlers:IoBound"
@@ -469,18 +468,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
     settings = SimulatorSettings(
         history_max_events=max(100_000, 2 * args.burst), history_max_age=3600.0
     )
-    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
     seeds = iter(range(100, 1_000_000))
     rows: list[Row] = []
     latency: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
-        process = SimulatorProcess(settings, env=clean_env, startup_timeout=120)
-        stack.callback(process.stop)
-        process.start()
+        process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        server = RedisServer(workdir / "redis")
-        stack.callback(server.stop)
-        server.start()
         _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
         _progress(args, f"populating {args.informer_pods:,} pods")
         sim.populate(args.informer_pods, seed=1)

@@ -66,13 +66,12 @@ from typing import Any
 import orjson
 import redis
 import urllib3
-from harness import BenchError, ServiceChild
+from harness import BenchError, ServiceChild, start_simulator_and_redis
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.informer import ADDED, MODIFIED, SharedInformer
 
 from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
-from tests.support.redis_server import RedisServer
 
 SHARDS = 16
 PAGE_SIZE = 500
@@ -596,16 +595,10 @@ def measure(args: argparse.Namespace, sizes: Sizes, workdir: Path) -> list[Measu
     settings = SimulatorSettings(
         history_max_events=max(100_000, 2 * sizes.burst), history_max_age=3600.0
     )
-    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
     seeds = iter(range(100, 1_000_000))
     with contextlib.ExitStack() as stack:
-        process = SimulatorProcess(settings, env=clean_env, startup_timeout=120)
-        stack.callback(process.stop)
-        process.start()
+        process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        server = RedisServer(workdir / "redis")
-        stack.callback(server.stop)
-        server.start()
         _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
         # The official client's readers first (on a smaller population if asked) ...
         _progress(args, f"populating {sizes.slow_pods:,} pods")
