@@ -160,7 +160,14 @@ class ProcessorChild(ServiceChild):
     label = "processor"
 
     def __init__(
-        self, redis_url: str, handler: str, member: str, data_dir: Path, log_path: Path
+        self,
+        redis_url: str,
+        handler: str,
+        member: str,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        compact_cache: bool = False,
     ) -> None:
         flags = {
             "resource": RESOURCE,
@@ -182,7 +189,12 @@ class ProcessorChild(ServiceChild):
             "processor_svc",
             flags,
             log_path,
-            extra_env={DIR_ENV: str(data_dir), "PYTHONPATH": os.pathsep.join(python_path)},
+            extra_env={
+                DIR_ENV: str(data_dir),
+                "PYTHONPATH": os.pathsep.join(python_path),
+                # A switch flag takes no value, which ServiceChild's flags cannot express.
+                "INFORMER_BUS_COMPACT_CACHE": "1" if compact_cache else "0",
+            },
             # One clock with the handlers' stamps (time.monotonic is system-wide on Linux).
             clock=time.monotonic,
             stop_timeout=30.0,  # SIGTERM drains, acknowledges and hands the shards over
@@ -213,11 +225,24 @@ class Group:
     """``count`` processor children started together, and what their handlers reported."""
 
     def __init__(
-        self, count: int, handler: str, redis_url: str, *, data_dir: Path, workdir: Path, tag: str
+        self,
+        count: int,
+        handler: str,
+        redis_url: str,
+        *,
+        data_dir: Path,
+        workdir: Path,
+        tag: str,
+        compact_cache: bool = False,
     ) -> None:
         self.children = [
             ProcessorChild(
-                redis_url, handler, f"{tag}-p{i}", data_dir, workdir / f"processor-{tag}-p{i}.log"
+                redis_url,
+                handler,
+                f"{tag}-p{i}",
+                data_dir,
+                workdir / f"processor-{tag}-p{i}.log",
+                compact_cache=compact_cache,
             )
             for i in range(count)
         ]
@@ -295,11 +320,25 @@ class Group:
 
 @contextlib.contextmanager
 def group_running(
-    count: int, handler: str, redis_url: str, workdir: Path, tag: str
+    count: int,
+    handler: str,
+    redis_url: str,
+    workdir: Path,
+    tag: str,
+    *,
+    compact_cache: bool = False,
 ) -> Iterator[Group]:
     data_dir = workdir / f"data-{tag}"
     data_dir.mkdir()
-    group = Group(count, handler, redis_url, data_dir=data_dir, workdir=workdir, tag=tag)
+    group = Group(
+        count,
+        handler,
+        redis_url,
+        data_dir=data_dir,
+        workdir=workdir,
+        tag=tag,
+        compact_cache=compact_cache,
+    )
     try:
         group.start()
         yield group

@@ -74,7 +74,7 @@ class ProcessorService:
         self.redis, self.lease_redis = service_clients(
             settings, lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline
         )
-        self.lister = ShardedLister(settings.shard_count)
+        self.lister = ShardedLister(settings.shard_count, compact=settings.compact_cache)
         context = HandlerContext(
             lister=self.lister,
             workqueue_factory=make_workqueue_factory(PrometheusMetricsProvider(self.registry)),

@@ -60,11 +60,12 @@ still runs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -117,6 +118,8 @@ DEAD_LETTER_MAXLEN: Final = 10_000
 """Dead-letter streams are capped (approximately): poison must not grow Redis without bound."""
 
 _RANGE_CHUNK: Final = 1000
+_INITIAL_LIST_CHUNK: Final = 500
+"""Initial-list notifications handed to the dispatcher at once during a takeover."""
 _LAG_REFRESH: Final = 1.0  # seconds between XINFO GROUPS calls for the lag gauge
 _ACK_POLL_MS: Final = 100  # block at most this long while handlers still hold entries
 _BLOCK_TIMEOUT_MARGIN: Final = 10.0  # blocking socket timeout = block time + this
@@ -571,13 +574,14 @@ class ShardWorker:
         self._replay = False
         view = self._read_shard()
         dead: list[_DeadLetter] = []
-        snapshot = self._load_snapshot(view.objects, dead)
-        deletions = self._unacked_deletions(view, set(snapshot), dead)
+        loaded = self._load_snapshot(view.objects, dead)
+        deletions = self._unacked_deletions(view, set(loaded), dead)
+        view = dataclasses.replace(view, objects={})  # the raw snapshot is in the store now
         log.info(
             "%s: taking over at %s: %d objects, %d deletions from unacknowledged entries",
             self.name,
             view.last_id,
-            len(snapshot),
+            len(loaded),
             len(deletions),
         )
         self._m.store_size.set(len(self._store))
@@ -585,10 +589,20 @@ class ShardWorker:
         initial: list[tuple[Notification, AckToken | None]] = [
             (DeleteNotification(envelope.to_delta().obj), None) for envelope in deletions
         ]
-        initial += ((AddNotification(obj, True), None) for obj in snapshot.values())
         if not dispatcher.deliver_all(initial, cancel=cancel):
             return
         del initial
+        # The initial list is read back from the store a chunk at a time, so a compact store
+        # never has every object decoded at once: the handler buffers bound what is.
+        store = self._store
+        for start in range(0, len(loaded), _INITIAL_LIST_CHUNK):
+            chunk = [
+                (AddNotification(obj, True), None)
+                for key in loaded[start : start + _INITIAL_LIST_CHUNK]
+                if (obj := store.get_by_key(key)) is not None
+            ]
+            if not dispatcher.deliver_all(chunk, cancel=cancel):
+                return
         barrier = AckToken(f"takeover@{view.last_id}", on_done=self._on_synced)
         if not dispatcher.barrier(barrier, cancel=cancel):
             return
@@ -633,35 +647,43 @@ class ShardWorker:
             pending=int(pending_count),
         )
 
-    def _load_snapshot(
-        self, objects: Mapping[bytes, bytes], dead: list[_DeadLetter]
-    ) -> dict[str, Obj]:
-        """Decode the ``objects`` hash into the store; corrupt envelopes become dead letters."""
-        snapshot: dict[str, Obj] = {}
-        for field, value in objects.items():
-            key = field.decode(errors="replace")
-            try:
-                envelope = decode_envelope(value, self._max_bytes)
-                if envelope.key != key:
-                    raise WireDecodeError(f"envelope is for key {envelope.key!r}")
-                if envelope.type is DeltaType.DELETED or envelope.obj is None:
-                    raise WireDecodeError("the known state of a key cannot be a deletion")
-            except WireDecodeError as err:
-                dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
-                continue
-            snapshot[key] = envelope.obj
-        try:
-            self._store.replace(snapshot.values(), "")
-        except IndexFuncError:
-            # One object breaks a user index function: load the others one by one.
-            self._store.replace((), "")
-            for key, obj in list(snapshot.items()):
+    def _load_snapshot(self, objects: Mapping[bytes, bytes], dead: list[_DeadLetter]) -> list[str]:
+        """Decode the ``objects`` hash into the store, one object at a time; corrupt envelopes
+        become dead letters. Returns the keys loaded, in load order."""
+        loaded: list[str] = []
+        dead_before = len(dead)
+
+        def decoded() -> Iterator[Obj]:
+            for field, value in objects.items():
+                key = field.decode(errors="replace")
                 try:
-                    self._store.update(obj, key)
-                except IndexFuncError as err:
-                    del snapshot[key]
-                    dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", None))
-        return snapshot
+                    envelope = decode_envelope(value, self._max_bytes)
+                    if envelope.key != key:
+                        raise WireDecodeError(f"envelope is for key {envelope.key!r}")
+                    if envelope.type is DeltaType.DELETED or envelope.obj is None:
+                        raise WireDecodeError("the known state of a key cannot be a deletion")
+                except WireDecodeError as err:
+                    dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
+                    continue
+                loaded.append(key)
+                yield envelope.obj
+
+        try:
+            self._store.replace(decoded(), "")
+            return loaded
+        except IndexFuncError:
+            pass
+        # One object breaks a user index function: load the others one by one.
+        del dead[dead_before:], loaded[:]
+        self._store.replace((), "")
+        for obj in decoded():
+            key = loaded[-1]
+            try:
+                self._store.update(obj, key)
+            except IndexFuncError as err:
+                loaded.pop()
+                dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", None))
+        return loaded
 
     def _pending_ids(self, view: _ShardView) -> set[str]:
         """The IDs in the group's pending list up to ``L`` (previous owners' in-flight)."""

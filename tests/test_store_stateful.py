@@ -21,6 +21,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from common.compact_store import CompactIndexer
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.store import (
     MUTATION_DETECTOR_ENV,
@@ -91,6 +92,9 @@ def brute_force_index(model: dict[str, Obj], index_func: IndexFunc) -> dict[str,
 
 
 class IndexerMatchesModel(RuleBasedStateMachine):
+    hands_out_copies = False
+    """Whether reads return private copies (the compact store) or the stored objects."""
+
     def __init__(self) -> None:
         super().__init__()
         self.store = Indexer()
@@ -102,6 +106,13 @@ class IndexerMatchesModel(RuleBasedStateMachine):
         # The detecting subclass must behave exactly like the plain store.
         self.store = Indexer(indexers=INITIAL_INDEXERS, detect_mutations=detect_mutations)
         self.indexers = dict(INITIAL_INDEXERS)
+
+    def assert_same(self, found: list[Obj], expected: list[Obj]) -> None:
+        if self.hands_out_copies:
+            assert found == expected
+            assert not {id(obj) for obj in found} & {id(obj) for obj in expected}
+        else:
+            assert [id(obj) for obj in found] == [id(obj) for obj in expected]
 
     def would_fail(self, objs: list[Obj]) -> bool:
         return "strict" in self.indexers and any(obj["metadata"].get("poison") for obj in objs)
@@ -160,10 +171,10 @@ class IndexerMatchesModel(RuleBasedStateMachine):
     def same_objects(self) -> None:
         assert sorted(self.store.list_keys()) == sorted(self.model)
         assert len(self.store) == len(self.model)
-        assert sorted(map(id, self.store.list())) == sorted(map(id, self.model.values()))
+        listed = {meta_namespace_key(obj): obj for obj in self.store.list()}
+        self.assert_same([listed[key] for key in sorted(listed)], self.sorted_model())
         for key, obj in self.model.items():
-            assert self.store.get_by_key(key) is obj
-            assert self.store.get(obj) is obj
+            self.assert_same([self.store.get_by_key(key), self.store.get(obj)], [obj, obj])  # type: ignore[list-item]
             assert key in self.store
 
     @invariant()
@@ -181,7 +192,7 @@ class IndexerMatchesModel(RuleBasedStateMachine):
             for value, keys in expected.items():
                 assert self.store.index_keys(name, value) == sorted(keys)
                 found = self.store.by_index(name, value)
-                assert [id(obj) for obj in found] == [id(self.model[key]) for key in sorted(keys)]
+                self.assert_same(found, [self.model[key] for key in sorted(keys)])
 
     @invariant()
     def index_query_matches_brute_force(self) -> None:
@@ -190,7 +201,10 @@ class IndexerMatchesModel(RuleBasedStateMachine):
             for obj in self.model.values():
                 sharing = set().union(*(expected[value] for value in index_func(obj)))
                 found = self.store.index(name, obj)
-                assert [id(o) for o in found] == [id(self.model[key]) for key in sorted(sharing)]
+                self.assert_same(found, [self.model[key] for key in sorted(sharing)])
+
+    def sorted_model(self) -> list[Obj]:
+        return [self.model[key] for key in sorted(self.model)]
 
 
 IndexerMatchesModel.TestCase.settings = settings(
@@ -206,4 +220,20 @@ def detector_chosen_by_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(MUTATION_DETECTOR_ENV, raising=False)
 
 
+class CompactIndexerMatchesModel(IndexerMatchesModel):
+    """The compact store must keep every promise of the plain one, reading back copies."""
+
+    hands_out_copies = True
+
+    @initialize()
+    def start(self) -> None:  # type: ignore[override]
+        self.store = CompactIndexer(indexers=INITIAL_INDEXERS)
+        self.indexers = dict(INITIAL_INDEXERS)
+
+
+CompactIndexerMatchesModel.TestCase.settings = settings(
+    IndexerMatchesModel.TestCase.settings, max_examples=60
+)
+
 TestIndexerMatchesModel = IndexerMatchesModel.TestCase
+TestCompactIndexerMatchesModel = CompactIndexerMatchesModel.TestCase

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
 from common.backoff import Backoff
+from common.compact_store import CompactIndexer
 from common.keys import Obj
 from common.store import NAMESPACE_INDEX, Indexer, meta_namespace_index_func
 from tests.processor_core.support import Recorder, Shard, wait_until
@@ -95,6 +97,30 @@ def test_corrupt_snapshot_objects_are_dead_lettered_and_skipped(shard: Shard) ->
     assert letter["id"] == b"objects:ns/bad"
     assert letter["payload"] == b"{garbage}"
     assert letter["reason"].startswith(b"snapshot: envelope is not valid JSON")
+
+
+@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer])
+def test_a_snapshot_object_the_store_refuses_is_dead_lettered_once_with_the_corrupt_ones(
+    shard: Shard, store_class: type[Indexer]
+) -> None:
+    shard.publish(added("ns/a", "1"), added("ns/bad", "2"), added("ns/corrupt", "3"))
+    shard.publish(added("ns/c", "4"))
+    shard.client.hset(shard.keys.objects, "ns/corrupt", b"{garbage}")
+    store = store_class(indexers={NAMESPACE_INDEX: picky_index})
+    recorder = Recorder()
+    with shard.running(("rec", recorder), store=store) as (w, _, _):
+        assert w.wait_for_sync(5)
+        assert sorted(recorder.events) == [("add", "ns/a", "1", True), ("add", "ns/c", "4", True)]
+        assert sorted(store.list_keys()) == ["ns/a", "ns/c"]
+        assert store.by_index(NAMESPACE_INDEX, "ns") == [
+            store.get_by_key("ns/a"),
+            store.get_by_key("ns/c"),
+        ]
+        wait_until(lambda: len(shard.dead_letters()) == 2, what="the commit")
+    reasons = {bytes(letter["id"]): bytes(letter["reason"]) for letter in shard.dead_letters()}
+    assert sorted(reasons) == [b"objects:ns/bad", b"objects:ns/corrupt"]
+    assert reasons[b"objects:ns/bad"].startswith(b"snapshot: index function")
+    assert reasons[b"objects:ns/corrupt"].startswith(b"snapshot: envelope is not valid JSON")
 
 
 def test_a_stopped_dispatcher_ends_the_worker_with_an_error(shard: Shard) -> None:

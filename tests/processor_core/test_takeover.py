@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
 from common.keys import Obj
 from common.store import Indexer
@@ -28,12 +31,13 @@ class CountingIndexer(Indexer):
         return super().delete(obj, key)
 
 
+@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer])
 def test_takeover_delivers_the_snapshot_as_initial_list_then_live_deltas_in_order(
-    shard: Shard,
+    shard: Shard, store_class: type[Indexer]
 ) -> None:
     shard.publish(added("ns/a", "1"), added("ns/b", "2"), updated("ns/a", "3"))
     recorder = Recorder()
-    with shard.running(("rec", recorder)) as (worker, store, _):
+    with shard.running(("rec", recorder), store=store_class()) as (worker, store, _):
         assert worker.wait_for_sync(5)
         assert sorted(recorder.initial()) == [
             ("add", "ns/a", "3", True),

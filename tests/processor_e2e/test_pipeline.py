@@ -158,6 +158,22 @@ def test_processors_split_the_shards_and_their_caches_equal_the_api_state(
     assert a.readyz()[0] and b.readyz()[0]
 
 
+def test_a_compact_cache_processor_follows_churn_and_handover_like_a_plain_one(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.sim.populate("pods", 300, seed=3)
+    pipeline.reflector()
+    compact, plain = pipeline.processor("compact", compact_cache=True), pipeline.processor("plain")
+    wait_until(converged(pipeline, [compact, plain]), 20, message="caches equal the API state")
+    pipeline.sim.churn(rate=300, seconds=1.0, seed=4)
+    pipeline.stop(plain)  # its shards move to the compact one, which loads them as bytes
+    wait_until(converged(pipeline, [compact]), 20, message="the compact cache holds everything")
+    assert sorted(compact.owned_shards()) == list(range(SHARDS))
+    key = next(iter(pipeline.sim.ground_truth("pods")))
+    first, second = compact.lister.get_by_key(key), compact.lister.get_by_key(key)
+    assert first == second and first is not second  # every read is a private copy
+
+
 def test_handlers_see_each_objects_changes_in_stream_order_and_every_deletion(
     pipeline: Pipeline, redis_client: redis.Redis
 ) -> None:
