@@ -310,6 +310,15 @@ class ClusterClient(RedisCluster):
         ).connection_pool
         return pool
 
+    def close(self) -> None:
+        """Also disconnect every node's pool: ``RedisCluster.close`` only closes the node
+        clients, and those never close a pool they were handed, which is how redis-py builds
+        them from a URL. Their sockets would be left for the garbage collector."""
+        try:
+            self.disconnect_connection_pools()
+        finally:
+            super().close()
+
 
 def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Redis:
     """A client for ``url``: standalone, or with ``cluster`` a :class:`ClusterClient` that

@@ -10,10 +10,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from common.redis_config import redis_client
 from common.sharding import ResourceKeys, ShardKeys
 from informer_bus.apiserver_sim import Simulator
 from tests.cluster.conftest import LocalCluster
@@ -170,3 +172,19 @@ def test_cluster_flag_against_a_standalone_redis_is_one_line(redis_server: Redis
     line = one_line_error(result, "informer-bus processor")
     assert "cannot use the Redis Cluster" in line
     assert "Cluster mode is not enabled on this node" in line
+
+
+def test_closing_a_cluster_client_closes_every_node_socket(redis_cluster: LocalCluster) -> None:
+    client = redis_client(redis_cluster.url, cluster=True)
+    client.flushall()  # a connection to every primary
+    cluster: Any = client
+    pools = [node.redis_connection.connection_pool for node in cluster.get_primaries()]
+    connections = [c for pool in pools for c in pool._available_connections]
+    assert len(connections) == len(redis_cluster.nodes)
+    assert all(c._sock is not None for c in connections)
+
+    client.close()
+
+    # Left open, these sockets would surface later as a ResourceWarning in whatever code
+    # happens to trigger a garbage collection.
+    assert all(c._sock is None for c in connections)
