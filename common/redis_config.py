@@ -314,8 +314,9 @@ class ClusterClient(RedisCluster):
         """Also disconnect every node's pool: ``RedisCluster.close`` only closes the node
         clients, and those never close a pool they were handed, which is how redis-py builds
         them from a URL. Their sockets would be left for the garbage collector."""
+        untyped: Any = self  # redis-py leaves disconnect_connection_pools unannotated
         try:
-            self.disconnect_connection_pools()
+            untyped.disconnect_connection_pools()
         finally:
             super().close()
 
