@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,15 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaks_surface_in_their_own_module() -> Iterator[None]:
+    """Collect garbage after each module, so an unclosed socket or file left in a reference
+    cycle fails (ResourceWarning, an error here) in the module that leaked it, not in whatever
+    later test happens to trigger a full collection."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
