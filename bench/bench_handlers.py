@@ -51,9 +51,8 @@ class Trivial:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._flush_loop, name="bench-flush", daemon=True)
         self._pack = RECORD.pack
-        # Started here, not only in start(): processor_svc/service.py passes its LoadedHandler
-        # wrappers to start_handlers/stop_handlers, so a --handler's start()/stop() are never
-        # called (a processor bug, reported with this bench).
+        # Started here too, so the in-process readers of bench/compare.py, which call no
+        # start(), flush as well; the processor's own start() call is then a no-op.
         self.start()
 
     # --- the handler ----------------------------------------------------------------------

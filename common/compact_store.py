@@ -1,21 +1,26 @@
-"""The informer cache in about a fifth of the memory: objects kept as their JSON bytes.
+"""The informer cache at about the size of its JSON: objects kept as bytes, decoded on read.
 
 A decoded Pod is a tree of small dicts, lists and strings: ~11 KB of Python objects for 2.7 KB
 of JSON, and a processor's RSS grows by ~17 KB per cached Pod once allocator slack is counted
 (``bench/compare.py``). A controller caching 100k Pods pays 1.7 GB for a view it mostly reads
-a few objects at a time. :class:`CompactIndexer` stores the compact ``orjson`` bytes instead
-and decodes on every read, so the cache costs about what the JSON does.
+a few objects at a time. :class:`CompactIndexer` keeps each object serialised instead and
+decodes it on every read.
 
 What changes for callers, and why it is the right trade for big caches:
 
 * **Every read returns a fresh dict.** ``get_by_key``, ``list``, ``by_index``… decode a private
   copy, so a handler that mutates what it got cannot corrupt the cache or other readers (the
   mutation detector has nothing to guard). ``lister.get(k) is lister.get(k)`` is false.
-* **Reads cost a decode** (~6 µs for a Pod, ``orjson.loads``): ``get_by_key`` per reconcile is
-  cheap; ``list()`` over 100k objects is ~0.6 s, so query an index rather than scan.
-* **Writes cost an encode plus the decode of the replaced object** that ``update`` returns for
-  ``on_update(old, new)`` (~8 µs per update, about a sixth of a processor's per-event cost).
-  Index functions run on the dict being written, never on a decoded copy.
+* **Reads cost a decode** (~6-9 µs for a Pod): ``get_by_key`` per reconcile is cheap;
+  ``list()`` over 100k objects takes about a second, so query an index rather than scan.
+* **Writes cost the decode of the replaced object** that ``update`` returns for
+  ``on_update(old, new)``, and an encode unless the caller hands over the bytes it decoded the
+  object from (``packed``): a processor stores each stream entry as it arrived, so nothing is
+  encoded and no second copy is ever made. Index functions run on the dict being written.
+
+**What the bytes are** is the store's :class:`Codec`: plain JSON by default; the processor
+uses :data:`common.wire.ENVELOPE_CODEC`, whose bytes are whole wire envelopes. Whoever passes
+``packed`` promises ``codec.unpack(packed) == obj``.
 
 Indexes are the plain :class:`~common.store.Indexer`'s: keys and index values are small
 strings, kept as they are.
@@ -24,29 +29,45 @@ strings, kept as they are.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import orjson
 
-from common.keys import DeletedFinalStateUnknown, Obj
-from common.store import Indexer, IndexFuncError, _MaintainedIndex
+from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.store import Indexer, IndexFunc, IndexFuncError, KeyFunc, _MaintainedIndex
 
-__all__ = ["CompactIndexer"]
-
-
-def _encode(obj: Obj) -> bytes:
-    # orjson hands back its whole growth buffer (8 KB for a 2.7 KB Pod): keep an exact copy.
-    return bytes(memoryview(orjson.dumps(obj)))
+__all__ = ["JSON_CODEC", "Codec", "CompactIndexer", "exact_bytes"]
 
 
-def _decode(packed: bytes) -> Obj:
+class Codec(NamedTuple):
+    """How a :class:`CompactIndexer` turns objects into bytes and back."""
+
+    pack: Callable[[Obj], bytes]
+    unpack: Callable[[bytes], Obj]
+
+
+def exact_bytes(encoded: bytes) -> bytes:
+    """A copy no larger than its content: ``orjson.dumps`` hands back its whole growth buffer
+    (8 KB for a 2.7 KB Pod), which a long-lived cache entry would keep."""
+    return bytes(memoryview(encoded))
+
+
+def _json_pack(obj: Obj) -> bytes:
+    return exact_bytes(orjson.dumps(obj))
+
+
+def _json_unpack(packed: bytes) -> Obj:
     obj: Obj = orjson.loads(packed)
     return obj
 
 
+JSON_CODEC = Codec(_json_pack, _json_unpack)
+"""Objects as compact JSON."""
+
+
 class CompactIndexer(Indexer):
-    """An :class:`~common.store.Indexer` whose objects live as JSON bytes (module docstring).
+    """An :class:`~common.store.Indexer` whose objects live as bytes (module docstring).
 
     Everything the plain store promises holds (atomic methods, index bookkeeping, errors),
     except that objects are copies: see the module docstring for what that costs and buys.
@@ -56,14 +77,25 @@ class CompactIndexer(Indexer):
     # object is overridden, the rest (keys, lengths, index queries by key) work on either.
     _items: dict[str, Any]
 
-    @property
-    def mutation_detection_enabled(self) -> bool:
-        return False
+    def __new__(cls, *args: Any, **kwargs: Any) -> CompactIndexer:
+        return object.__new__(cls)  # no mutation-detecting variant: reads are copies
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None:
+    def __init__(
+        self,
+        key_func: KeyFunc = deletion_handling_meta_namespace_key,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        *,
+        codec: Codec = JSON_CODEC,
+    ) -> None:
+        self.codec = codec
+        self._pack, self._unpack = codec
+        super().__init__(key_func, indexers, detect_mutations=False)
+
+    def update(self, obj: Obj, key: str | None = None, packed: bytes | None = None) -> Obj | None:
         if key is None:
             key = self._key_func(obj)
-        packed = _encode(obj)
+        if packed is None:
+            packed = self._pack(obj)
         self._lock.acquire()
         try:
             items = self._items
@@ -74,7 +106,7 @@ class CompactIndexer(Indexer):
             items[key] = packed
         finally:
             self._lock.release()
-        return None if old is None else _decode(old)
+        return None if old is None else self._unpack(old)
 
     add = update
 
@@ -89,7 +121,7 @@ class CompactIndexer(Indexer):
                     index.forget(key)
         finally:
             self._lock.release()
-        return None if old is None else _decode(old)
+        return None if old is None else self._unpack(old)
 
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         """As the plain store's, in one pass: each object is indexed, then only its bytes kept,
@@ -113,7 +145,7 @@ class CompactIndexer(Indexer):
                 failures.pop(key, None)
                 for index, index_values in values:
                     index.store(key, index_values)
-                new_items[key] = _encode(obj)
+                new_items[key] = self._pack(obj)
             if failures:
                 raise next(iter(failures.values()))
             self._items = new_items
@@ -129,26 +161,26 @@ class CompactIndexer(Indexer):
             packed = self._items.get(key)
         finally:
             self._lock.release()
-        return None if packed is None else _decode(packed)
+        return None if packed is None else self._unpack(packed)
 
     def list(self) -> builtins.list[Obj]:
         with self._lock:
             packed = builtins.list(self._items.values())
-        return [_decode(one) for one in packed]
+        return [self._unpack(one) for one in packed]
 
     def packed_size(self) -> int:
-        """Bytes of JSON held: what the objects cost before per-entry overhead."""
+        """Bytes held for the objects, before per-entry overhead."""
         with self._lock:
             return sum(len(one) for one in self._items.values())
 
     def _build_index(
-        self, name: str, index_func: Any, items: Mapping[str, Any]
+        self, name: str, index_func: IndexFunc, items: Mapping[str, Any]
     ) -> _MaintainedIndex:
         index = _MaintainedIndex(name, index_func, self._key_func)
         for key, packed in items.items():
-            index.store(key, index.values_for(key, _decode(packed)))
+            index.store(key, index.values_for(key, self._unpack(packed)))
         return index
 
     def _objects(self, keys: Iterable[str]) -> builtins.list[Obj]:
-        items = self._items
-        return [_decode(items[key]) for key in keys]
+        items, unpack = self._items, self._unpack
+        return [unpack(items[key]) for key in keys]

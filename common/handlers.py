@@ -42,10 +42,13 @@ class DeltaTarget(Protocol):
     """The write side of a store that ``process_deltas`` needs; an Indexer satisfies it.
 
     ``update`` returns the object it replaced, so add-versus-update is decided in the same
-    step as the write; ``key`` skips recomputing a key the caller already has.
+    step as the write; ``key`` skips recomputing a key the caller already has; ``packed``, the
+    object's serialised form, spares a store that keeps bytes from encoding it again.
     """
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None: ...
+    def update(
+        self, obj: Obj, key: str | None = None, packed: bytes | None = None
+    ) -> Obj | None: ...
 
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None: ...
 
@@ -115,6 +118,8 @@ def process_deltas(
     deltas: Iterable[Delta],
     is_in_initial_list: bool,
     key: str | None = None,
+    *,
+    packed: bytes | None = None,
 ) -> None:
     """Apply one key's deltas, oldest first, to the store and the handler (reference 3.1-3.2).
 
@@ -123,7 +128,8 @@ def process_deltas(
     replays and takeovers safe: the store, not the delta type, decides what the handler sees.
     The store is written before the handler runs, so a handler that raises leaves the store
     consistent; the caller decides what a handler error means. Pass ``key`` when it is known
-    (every wire envelope carries it) to spare the key function on the hot path.
+    (every wire envelope carries it) to spare the key function on the hot path, and ``packed``
+    (the stream entry the single delta came in) so a compact store keeps it as it is.
     """
     for delta in deltas:
         obj = delta.obj
@@ -133,7 +139,7 @@ def process_deltas(
             continue
         if isinstance(obj, DeletedFinalStateUnknown):
             raise TypeError(f"a {delta.type} delta cannot carry a tombstone (key {obj.key!r})")
-        old = store.update(obj, key)
+        old = store.update(obj, key) if packed is None else store.update(obj, key, packed)
         if old is None:
             handler.on_add(obj, is_in_initial_list)
         else:

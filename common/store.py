@@ -145,7 +145,9 @@ class StoreWriter(Protocol):
 
     def add(self, obj: Obj, key: str | None = None) -> Obj | None: ...
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None: ...
+    def update(
+        self, obj: Obj, key: str | None = None, packed: bytes | None = None
+    ) -> Obj | None: ...
 
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None: ...
 
@@ -291,13 +293,15 @@ class Indexer:
 
     # --- writes -------------------------------------------------------------------------------
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None:
+    def update(self, obj: Obj, key: str | None = None, packed: bytes | None = None) -> Obj | None:
         """Store ``obj`` under its key and return the object it replaced (``None`` if new).
 
         client-go's Add and Update are the same operation. Returning the replaced object lets
         ``process_deltas`` choose between ``on_add`` and ``on_update`` in the same locked step
         instead of a separate lookup; ``key`` lets a caller who already knows it (the wire
         envelope carries it) skip the key function, the largest cost of this method.
+        ``packed`` (the object serialised) is for stores that keep bytes; this one keeps
+        ``obj`` itself and ignores it.
         """
         if key is None:
             key = self._key_func(obj)
@@ -493,7 +497,7 @@ class _MutationDetectingIndexer(Indexer):
             if mutated:
                 raise CacheMutationError(mutated)
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None:
+    def update(self, obj: Obj, key: str | None = None, packed: bytes | None = None) -> Obj | None:
         if key is None:
             key = self._key_func(obj)
         with self._lock:

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from common.compact_store import Codec, exact_bytes
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # redis-py's own types, so the mapping passes straight to xad
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "ENVELOPE_CODEC",
     "FIELD",
     "SUPPORTED_VERSIONS",
     "WIRE_VERSION",
@@ -396,3 +398,19 @@ def _describe_fields(fields: Mapping[Any, Any] | None) -> str:
         return _short(sorted(map(repr, fields)))  # type: ignore[arg-type]
     except Exception:  # not iterable after all
         return f"a {type(fields).__name__}"
+
+
+def _object_of_envelope(packed: bytes) -> Obj:
+    obj: Obj = orjson.loads(packed)["o"]
+    return obj
+
+
+def _object_holder(obj: Obj) -> bytes:
+    return exact_bytes(orjson.dumps({"o": obj}))
+
+
+ENVELOPE_CODEC: Final = Codec(_object_holder, _object_of_envelope)
+"""For a :class:`~common.compact_store.CompactIndexer` that keeps stream entries as they came:
+``unpack`` reads the object of an envelope already validated on arrival (one parse, no
+checks), and ``pack`` writes the smallest document it reads back, ``{"o": ...}``, for the
+objects that arrive without their envelope. Never decode those holders as envelopes."""

@@ -43,6 +43,7 @@ from common.store import (
     KeyFunc,
     meta_namespace_index_func,
 )
+from common.wire import ENVELOPE_CODEC
 
 __all__ = ["ShardedLister"]
 
@@ -59,7 +60,8 @@ class ShardedLister:
     store is built with (default: the namespace index); :meth:`new_store` builds such a store
     with the user indexers added, and :meth:`attach` adds missing user indexers to any store.
     ``compact`` makes :meth:`new_store` build :class:`~common.compact_store.CompactIndexer`
-    stores: a fifth of the memory, and every read returns a fresh copy.
+    stores that keep the stream entries as they came: a fifth of the memory, and every read
+    returns a fresh copy.
 
     Thread-safety: every method may be called from any thread. ``attach``, ``detach`` and
     ``add_indexers`` are serialised with each other; reads never wait for them.
@@ -80,7 +82,7 @@ class ShardedLister:
             {NAMESPACE_INDEX: meta_namespace_index_func} if indexers is None else dict(indexers)
         )
         self._key_func = key_func
-        self._store_class = CompactIndexer if compact else Indexer
+        self._compact = compact
         # Serialises changes of the store set and of the user indexers, which can take long
         # (indexing a whole store), without making readers or sync waiters wait.
         self._change_lock = threading.Lock()
@@ -108,7 +110,9 @@ class ShardedLister:
         """
         with self._change_lock:
             indexers = {**self._base_indexers, **self._user_indexers}
-        return self._store_class(self._key_func, indexers)
+        if self._compact:
+            return CompactIndexer(self._key_func, indexers, codec=ENVELOPE_CODEC)
+        return Indexer(self._key_func, indexers)
 
     def attach(self, shard: int, store: Indexer) -> None:
         """Make ``store`` the view of ``shard``; it counts as not synced until :meth:`mark_synced`.

@@ -65,7 +65,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -79,10 +79,12 @@ from common.deltas import DeltaType
 from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
 from common.redis_config import node_client
+from common.runtime import release_free_heap
 from common.sharding import ShardKeys
 from common.store import Indexer, IndexFuncError
 from common.wire import (
     DEFAULT_MAX_BYTES,
+    ENVELOPE_CODEC,
     FIELD,
     DeltaEnvelope,
     WireDecodeError,
@@ -118,7 +120,7 @@ DEAD_LETTER_MAXLEN: Final = 10_000
 """Dead-letter streams are capped (approximately): poison must not grow Redis without bound."""
 
 _RANGE_CHUNK: Final = 1000
-_INITIAL_LIST_CHUNK: Final = 500
+_INITIAL_LIST_CHUNK: Final = 64
 """Initial-list notifications handed to the dispatcher at once during a takeover."""
 _LAG_REFRESH: Final = 1.0  # seconds between XINFO GROUPS calls for the lag gauge
 _ACK_POLL_MS: Final = 100  # block at most this long while handlers still hold entries
@@ -342,6 +344,8 @@ class ShardWorker:
         self.member_id = member_id
         self.resource = resource
         self._store = store
+        # A compact store that reads envelopes keeps each entry as it came: no encode, no copy.
+        self._keeps_envelopes = getattr(store, "codec", None) is ENVELOPE_CODEC
         self._dispatcher = dispatcher
         self._count = count
         self._block_ms = block_ms
@@ -613,6 +617,7 @@ class ShardWorker:
             if self._stop.is_set():
                 return  # _finish commits if the barrier completes within the grace period
         self._commit_takeover(commit)
+        release_free_heap()  # the snapshot reply's buffers, freed between the cached entries
 
     def _read_shard(self) -> _ShardView:
         """Create the group if needed, then read the snapshot and the group's state at once."""
@@ -648,41 +653,28 @@ class ShardWorker:
         )
 
     def _load_snapshot(self, objects: Mapping[bytes, bytes], dead: list[_DeadLetter]) -> list[str]:
-        """Decode the ``objects`` hash into the store, one object at a time; corrupt envelopes
-        become dead letters. Returns the keys loaded, in load order."""
+        """Load the ``objects`` hash into the emptied store, one object at a time, each with the
+        envelope it came in (a compact store keeps that, nothing else); corrupt envelopes and
+        objects the store refuses become dead letters. Returns the keys loaded, in order."""
+        store = self._store
+        store.replace((), "")
         loaded: list[str] = []
-        dead_before = len(dead)
-
-        def decoded() -> Iterator[Obj]:
-            for field, value in objects.items():
-                key = field.decode(errors="replace")
-                try:
-                    envelope = decode_envelope(value, self._max_bytes)
-                    if envelope.key != key:
-                        raise WireDecodeError(f"envelope is for key {envelope.key!r}")
-                    if envelope.type is DeltaType.DELETED or envelope.obj is None:
-                        raise WireDecodeError("the known state of a key cannot be a deletion")
-                except WireDecodeError as err:
-                    dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
-                    continue
-                loaded.append(key)
-                yield envelope.obj
-
-        try:
-            self._store.replace(decoded(), "")
-            return loaded
-        except IndexFuncError:
-            pass
-        # One object breaks a user index function: load the others one by one.
-        del dead[dead_before:], loaded[:]
-        self._store.replace((), "")
-        for obj in decoded():
-            key = loaded[-1]
+        for field, value in objects.items():
+            key = field.decode(errors="replace")
             try:
-                self._store.update(obj, key)
+                envelope = decode_envelope(value, self._max_bytes)
+                if envelope.key != key:
+                    raise WireDecodeError(f"envelope is for key {envelope.key!r}")
+                if envelope.type is DeltaType.DELETED or envelope.obj is None:
+                    raise WireDecodeError("the known state of a key cannot be a deletion")
+                store.update(envelope.obj, key, value if self._keeps_envelopes else None)
+            except WireDecodeError as err:
+                dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
+                continue
             except IndexFuncError as err:
-                loaded.pop()
                 dead.append(_DeadLetter.of(f"objects:{key}", f"snapshot: {err}", None))
+                continue
+            loaded.append(key)
         return loaded
 
     def _pending_ids(self, view: _ShardView) -> set[str]:
@@ -835,11 +827,12 @@ class ShardWorker:
         applied: collections.Counter[DeltaType],
         observed_at: list[float],
     ) -> None:
-        store, forwarder, max_bytes, stop = (
+        store, forwarder, max_bytes, stop, keeps_envelopes = (
             self._store,
             self._forwarder,
             self._max_bytes,
             self._stop,
+            self._keeps_envelopes,
         )
         forwarder.pending.clear()  # left over only by a batch that failed half-way
         # Each entry's own hold is released once its notifications are queued (after the
@@ -852,9 +845,11 @@ class ShardWorker:
             self._last_id = entry_id
             try:
                 if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
-                    envelope = decode_envelope(fields[1], max_bytes)  # the usual layout
+                    packed = fields[1]  # the usual layout
+                    envelope = decode_envelope(packed, max_bytes)
                 else:
                     envelope = envelope_from_fields(_as_mapping(fields), max_bytes)
+                    packed = _payload(fields)
             except WireDecodeError as err:
                 self._park(tracker, entry_id, str(err), _raw(_as_mapping(fields)))
                 continue
@@ -862,7 +857,14 @@ class ShardWorker:
             forwarder.token = token
             queued.append(token)
             try:
-                process_deltas(forwarder, store, (envelope.to_delta(),), False, envelope.key)
+                process_deltas(
+                    forwarder,
+                    store,
+                    (envelope.to_delta(),),
+                    False,
+                    envelope.key,
+                    packed=packed if keeps_envelopes else None,
+                )
             except Exception as err:  # the store refused it (an index function failed)
                 reason = f"apply: {type(err).__name__}: {err}"
                 log.warning(

@@ -14,8 +14,10 @@ import orjson
 
 from bench.pods import sample_pod
 from common.compact_store import CompactIndexer
+from common.deltas import Delta, DeltaType
 from common.keys import Obj, meta_namespace_key
 from common.store import NAMESPACE_INDEX, Indexer
+from common.wire import ENVELOPE_CODEC, DeltaEnvelope, encode_envelope
 
 
 def pod(name: str, rv: str = "1", phase: str = "Running") -> Obj:
@@ -119,3 +121,21 @@ def test_a_compact_pod_costs_about_its_json_where_a_dict_costs_several_times_it(
     # Allocation counts, not timings: stable from run to run.
     assert compact <= 1.2, compact
     assert plain >= 3 * compact, (plain, compact)
+
+
+def test_the_envelope_codec_keeps_stream_entries_as_they_came() -> None:
+    web = pod("web", "7")
+    entry = encode_envelope(
+        DeltaEnvelope.from_delta(Delta(DeltaType.UPDATED, web), observed_at=1.0)
+    )
+    store = CompactIndexer(codec=ENVELOPE_CODEC)
+
+    store.update(web, "shop/web", entry)  # as a processor applies a stream entry
+    assert store.packed_size() == len(entry)  # kept, not re-encoded
+    assert store.get_by_key("shop/web") == web
+
+    # Written without its entry (a relist, a test): a holder the same codec reads back.
+    store.add(pod("db"))
+    assert store.get_by_key("shop/db") == pod("db")
+    assert store.update(pod("web", "8")) == web
+    assert store.get_by_key("shop/web") == pod("web", "8")

@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 import redis
 from prometheus_client import CollectorRegistry
 
+from common.compact_store import CompactIndexer
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.lease import RedisLease, lease_client
 from common.sharding import ShardKeys
 from common.store import Indexer
+from common.wire import ENVELOPE_CODEC
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.shard import GROUP, ShardWorker
@@ -195,3 +197,8 @@ class Shard:
                     gate.set()
             worker.stop(grace)
             dispatcher.stop(grace)
+
+
+def compact_envelopes(**kwargs: Any) -> CompactIndexer:
+    """The store a ``--compact-cache`` processor builds: stream entries kept as they came."""
+    return CompactIndexer(codec=ENVELOPE_CODEC, **kwargs)

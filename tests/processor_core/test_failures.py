@@ -11,7 +11,7 @@ from common.backoff import Backoff
 from common.compact_store import CompactIndexer
 from common.keys import Obj
 from common.store import NAMESPACE_INDEX, Indexer, meta_namespace_index_func
-from tests.processor_core.support import Recorder, Shard, wait_until
+from tests.processor_core.support import Recorder, Shard, compact_envelopes, wait_until
 from tests.reflector_publish.support import added, updated
 
 
@@ -99,7 +99,7 @@ def test_corrupt_snapshot_objects_are_dead_lettered_and_skipped(shard: Shard) ->
     assert letter["reason"].startswith(b"snapshot: envelope is not valid JSON")
 
 
-@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer])
+@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer, compact_envelopes])
 def test_a_snapshot_object_the_store_refuses_is_dead_lettered_once_with_the_corrupt_ones(
     shard: Shard, store_class: type[Indexer]
 ) -> None:

@@ -11,7 +11,7 @@ from common.deltas import DeltaType
 from common.keys import Obj
 from common.store import Indexer
 from processor_svc.shard import CONSUMER, GROUP
-from tests.processor_core.support import Recorder, Shard, wait_until
+from tests.processor_core.support import Recorder, Shard, compact_envelopes, wait_until
 from tests.reflector_publish.support import added, deleted, delta, updated
 
 
@@ -22,16 +22,16 @@ class CountingIndexer(Indexer):
         super().__init__()
         self.writes: list[tuple[str, str, str]] = []
 
-    def update(self, obj: Obj, key: str | None = None) -> Obj | None:
+    def update(self, obj: Obj, key: str | None = None, packed: bytes | None = None) -> Obj | None:
         self.writes.append(("update", obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
-        return super().update(obj, key)
+        return super().update(obj, key, packed)
 
     def delete(self, obj: Any, key: str | None = None) -> Obj | None:
         self.writes.append(("delete", str(key), ""))
         return super().delete(obj, key)
 
 
-@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer])
+@pytest.mark.parametrize("store_class", [Indexer, CompactIndexer, compact_envelopes])
 def test_takeover_delivers_the_snapshot_as_initial_list_then_live_deltas_in_order(
     shard: Shard, store_class: type[Indexer]
 ) -> None:
@@ -85,7 +85,11 @@ def test_the_store_never_receives_a_delta_twice(shard: Shard) -> None:
     recorder = Recorder()
     with shard.running(("rec", recorder), store=store) as (worker, _, _):
         assert worker.wait_for_sync(5)
-        assert store.writes == []  # the snapshot came in through replace(), nothing else
+        # The snapshot, one write per object at its last version, and nothing else.
+        snapshot = [("update", f"p{i}", "40" if i == 0 else str(10 + i)) for i in range(20)]
+        del snapshot[1]  # p1 was deleted
+        assert sorted(store.writes) == sorted(snapshot)
+        store.writes.clear()
         shard.publish(updated("ns/p2", "50"))
         wait_until(lambda: recorder.live()[1:], what="the live delta")
         wait_until(lambda: shard.pending() == 0, what="acknowledgement")
