@@ -1,10 +1,10 @@
 """The informer cache at about the size of its JSON: objects kept as bytes, decoded on read.
 
 A decoded Pod is a tree of small dicts, lists and strings: ~11 KB of Python objects for 2.7 KB
-of JSON, and a processor's RSS grows by ~17 KB per cached Pod once allocator slack is counted
-(``bench/compare.py``). A controller caching 100k Pods pays 1.7 GB for a view it mostly reads
-a few objects at a time. :class:`CompactIndexer` keeps each object serialised instead and
-decodes it on every read.
+of JSON, and a processor's RSS grows by ~13 KB per cached Pod once allocator slack is counted
+(``bench/compare.py``; 3.7 KB with this store). A controller caching 100k Pods pays 1.3 GB for
+a view it mostly reads a few objects at a time. :class:`CompactIndexer` keeps each object
+serialised instead and decodes it on every read.
 
 What changes for callers, and why it is the right trade for big caches:
 
