@@ -216,7 +216,14 @@ def test_a_joining_processor_takes_a_balanced_share_and_a_leaving_one_hands_over
     pipeline.sim.populate("pods", 300, seed=6)
     pipeline.reflector()
     a, b = pipeline.processor("a"), pipeline.processor("b")
-    wait_until(lambda: a.is_synced() and b.is_synced(), 20, message="a and b synced")
+
+    def split_between_a_and_b() -> bool:
+        # Synced alone can hold while a shard a handed over is not yet b's (between release
+        # and acquire): every shard must have its owner before "before" is taken.
+        owned = sorted(a.owned_shards() + b.owned_shards())
+        return a.is_synced() and b.is_synced() and owned == list(range(SHARDS))
+
+    wait_until(split_between_a_and_b, 20, message="a and b synced, every shard owned")
     before = dict.fromkeys(a.owned_shards(), "a") | dict.fromkeys(b.owned_shards(), "b")
     c = pipeline.processor("c")
     wait_until(lambda: c.is_synced() and len(c.owned_shards()) >= 2, 20, message="c joined")
