@@ -375,10 +375,13 @@ def test_one_elector_leads_renews_and_releases_on_stop(
     try:
         assert elector.wait_for_leadership(timeout=2)
         assert elector.epoch == 1
-        assert {t.name for t in threading.enumerate() if t.name.startswith("leader-")} == {
-            f"leader-elector[{KEY}]",
-            f"leader-work[{KEY}]#1",
-        }
+        expected = {f"leader-elector[{KEY}]", f"leader-work[{KEY}]#1"}
+
+        def leader_threads() -> set[str]:
+            return {t.name for t in threading.enumerate() if t.name.startswith("leader-")}
+
+        # Leadership is announced before the work thread runs: give it a moment to start.
+        assert wait_until(lambda: leader_threads() == expected, 2), leader_threads()
         time.sleep(LEASE * 1.5)  # well past one lease duration: renewals keep it
         assert (elector.is_leader, elector.epoch) == (True, 1)
         assert redis_client.pttl(KEY) > 0, "renewals keep the lease alive"
