@@ -113,16 +113,7 @@ class CompactIndexer(Indexer):
     add = update
 
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None:
-        if key is None:
-            key = self._key_func(obj)
-        self._lock.acquire()
-        try:
-            old = self._items.pop(key, None)
-            if old is not None:
-                for index in self._all_indexes:
-                    index.forget(key)
-        finally:
-            self._lock.release()
+        old: Any = super().delete(obj, key)  # what the plain store keeps here is the bytes
         return None if old is None else self._unpack(old)
 
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
