@@ -4,6 +4,7 @@ import gc
 import sys
 import threading
 import time
+import tracemalloc
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,10 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support import socket_origins
 from tests.support.redis_server import RedisServer
+
+socket_origins.install()
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +51,9 @@ def leaks_are_collected_and_reported_per_module(request: pytest.FixtureRequest) 
     Without it, a socket left in a reference cycle surfaced at the next full collection as an
     error in whatever later, unrelated test ran then (filterwarnings=error), so the failure
     pointed at the wrong code and came and went with the collector's timing. Reported here,
-    not failed: one leak of this kind, seen once under CI load and never reproduced, is still
-    open (the issue notes say where); a new one shows up in every run's summary with its
-    module.
+    not failed, with the stack that created the socket (``tests/support/socket_origins.py``):
+    one leak of this kind shows up in about one full run in three and has never been
+    reproduced alone, so each report is the evidence to find its owner with.
     """
     yield
     unraisable: list[Any] = []
@@ -61,8 +65,21 @@ def leaks_are_collected_and_reported_per_module(request: pytest.FixtureRequest) 
             gc.collect()
     finally:
         sys.unraisablehook = previous_hook
-    found = [str(w.message) for w in caught] + [repr(u.exc_value) for u in unraisable]
+    found = [_with_origin(str(w.message), w.source) for w in caught]
+    found += [_with_origin(repr(u.exc_value), u.object) for u in unraisable]
     _LEAKS.extend(f"{request.node.nodeid}: {what}" for what in found)
+
+
+def _with_origin(what: str, source: object) -> str:
+    """``what``, and the stack that created ``source`` (a socket), or where tracemalloc saw it
+    allocated (``python -X tracemalloc=25 -m pytest``), when known."""
+    origin = socket_origins.origin_of(source)
+    if origin is not None:
+        return f"{what}\n  created by:\n{origin}"
+    traced = tracemalloc.get_object_traceback(source) if source is not None else None
+    if traced is not None:
+        return f"{what}\n  allocated at:\n" + "\n".join(traced.format(most_recent_first=True))
+    return what
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

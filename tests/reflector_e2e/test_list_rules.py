@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.kube import KubeSource, ListPage, load_api_client
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.publisher import ShardPublisher
+from reflector_svc.publisher import FencedError, ShardPublisher
 from reflector_svc.reflector import Reflector, WatchStream
 from reflector_svc.resources import ResourceSpec, resolve
 from reflector_svc.settings import ReflectorSettings
@@ -51,6 +51,19 @@ class Running:
     reflector: Reflector
     source: RecordingSource
     metrics: ReflectorMetrics
+    fenced: threading.Event = field(default_factory=threading.Event)
+
+
+def lead_until_stopped_or_fenced(running: Running, epoch: int, stop: threading.Event) -> None:
+    """What the service does with a leader's run: a newer leader's fence means step down.
+
+    The tests below start a second leader while the first still runs, as a real handover
+    can; the first may be fenced before or after it notices, so both outcomes are normal.
+    """
+    try:
+        running.reflector.run(epoch, stop)
+    except FencedError:
+        running.fenced.set()
 
 
 @pytest.fixture
@@ -76,11 +89,14 @@ def run_reflector(sim: Simulator, redis_client: redis.Redis) -> Iterator[Callabl
             settings=ReflectorSettings(**values),
             metrics=metrics,
         )
+        running = Running(reflector, source, metrics)
         stop = threading.Event()
-        thread = threading.Thread(target=reflector.run, args=(epoch, stop), name="reflector")
+        thread = threading.Thread(
+            target=lead_until_stopped_or_fenced, args=(running, epoch, stop), name="reflector"
+        )
         thread.start()
         stops.append((stop, thread, reflector))
-        return Running(reflector, source, metrics)
+        return running
 
     try:
         yield start
