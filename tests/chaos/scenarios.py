@@ -862,7 +862,9 @@ def _check(
         "stream order": order_problems(by_key),
         "handler order": handler_order_problems(calls),
         "handler vs stream": stream_problems(calls, entries),
-        "ownership": ownership_problems(calls, killed),
+        "ownership": ownership_problems(
+            calls, killed, renew_deadline=pipeline.scenario.timings.renew
+        ),
     }
     for what, found in problems.items():
         result.problems += [f"{what}: {problem}" for problem in found[:10]]

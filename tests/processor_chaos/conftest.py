@@ -148,6 +148,11 @@ class Call:
     holder: str | None
     epoch: int | None
     mine: bool
+    lease_read: bool = True
+    """``False``: Redis did not answer, ``holder`` and ``epoch`` are this process's own lease of
+    the shard as last observed (``tests/chaos/recorder.py``)."""
+    unread_since: float | None = None
+    """When the recorder's lease reads started failing (with ``lease_read`` false)."""
 
     @property
     def rv_int(self) -> int:
@@ -188,11 +193,19 @@ def periods(calls: Iterable[Call]) -> dict[tuple[int, int | None], list[Call]]:
 
 # --- checks ------------------------------------------------------------------------------------
 
+_DEADLINE_SLACK = 0.5
+"""Seconds between a renew deadline passing and the handler thread seeing the shard stopped."""
 
-def ownership_problems(calls: Sequence[Call], killed: Mapping[str, float]) -> list[str]:
+
+def ownership_problems(
+    calls: Sequence[Call], killed: Mapping[str, float], *, renew_deadline: float | None = None
+) -> list[str]:
     """No shard applied by two processors at once.
 
-    * Every call started while its process held the shard's lease (``mine``).
+    * Every call started while its process held the shard's lease (``mine``). A call whose
+      lease could not be read (Redis away) started at most ``renew_deadline`` seconds (plus
+      scheduling slack) after the reads began to fail: a processor stops calling handlers for
+      a shard once its renewals have failed that long.
     * An ownership period (a shard's lease epoch) belongs to one process: epochs are never
       reused, so two processes in one epoch would be two owners at once.
     * A shard's periods, in epoch order, follow each other in time: the first call of a period
@@ -200,6 +213,18 @@ def ownership_problems(calls: Sequence[Call], killed: Mapping[str, float]) -> li
       returned before its kill time, ``killed[member]``: checked as well.)
     """
     problems = [f"{c}: the lease was held by {c.holder!r}" for c in calls if not c.mine][:20]
+    if renew_deadline is not None:
+        late = [
+            c for c in calls
+            if c.unread_since is not None
+            and c.t - c.unread_since > renew_deadline + _DEADLINE_SLACK
+        ]  # fmt: skip
+        problems += [
+            f"{c}: {c.t - c.unread_since:.2f} s after Redis stopped answering, past the renew "
+            f"deadline ({renew_deadline} s)"
+            for c in late[:10]
+            if c.unread_since is not None
+        ]
     for member, at in killed.items():
         late = [c for c in calls if c.member == member and c.end > at]
         problems += [f"{c}: after {member} was killed at {at:.3f}" for c in late[:5]]

@@ -20,6 +20,9 @@ call to the file named by ``IB_RECORD_FILE``:
     it named this very process. A processor may call handlers for a shard only while it holds
     the shard's lease, so ``mine`` must always be true, and ``epoch`` tells the ownership
     periods of a shard apart (every acquisition gets a new, higher epoch).
+``lease_read``, ``unread_since``
+    ``True`` and ``null`` here. :class:`tests.chaos.recorder.PatientRecorder`, which records
+    through Redis outages, sets them when the lease could not be read (see there).
 
 Each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor before the call
 returns, so a call that returned is on disk even if the process is killed with SIGKILL right
@@ -97,6 +100,16 @@ class Recorder:
 
     # --- recording --------------------------------------------------------------------------
 
+    def _lease(self, shard: int, now: float) -> tuple[str | None, int | None, float | None]:
+        """``(holder, epoch, unread_since)`` of ``shard``'s lease, read now (``unread_since``
+        is ``None``: it was read)."""
+        holder, epoch = self._redis.hmget(self._leases[shard], "holder", "epoch")
+        holder_text = holder.decode() if isinstance(holder, bytes) else holder
+        return holder_text, int(epoch) if epoch is not None else None, None
+
+    def _is_mine(self, holder: str | None) -> bool:
+        return holder is not None and holder.startswith(self._holder_prefix)
+
     def _record(
         self,
         kind: str,
@@ -109,8 +122,7 @@ class Recorder:
     ) -> None:
         started = time.time()
         shard = shard_for(key, self._shard_count)
-        holder, epoch = self._redis.hmget(self._leases[shard], "holder", "epoch")
-        holder_text = holder.decode() if isinstance(holder, bytes) else holder
+        holder_text, epoch, unread_since = self._lease(shard, started)
         if self._delay > 0:
             time.sleep(self._delay)
         record = {
@@ -126,7 +138,9 @@ class Recorder:
             "tombstone": tombstone,
             "shard": shard,
             "holder": holder_text,
-            "epoch": int(epoch) if epoch is not None else None,
-            "mine": holder_text is not None and holder_text.startswith(self._holder_prefix),
+            "epoch": epoch,
+            "mine": self._is_mine(holder_text),
+            "lease_read": unread_since is None,
+            "unread_since": unread_since,
         }
         os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
