@@ -307,6 +307,20 @@ class Group:
             out += RECORD.iter_unpack(raw)
         return out
 
+    def updates_by_child(self) -> list[list[float]]:
+        """Handler times of every update since :meth:`mark`, one list per child."""
+        out: list[list[float]] = []
+        for child in self.children:
+            path = self._file(child, "updates")
+            raw = b""
+            if path.exists():
+                with path.open("rb") as data:
+                    data.seek(self.offsets.get(child.pid, 0))
+                    raw = data.read()
+            raw = raw[: len(raw) - len(raw) % RECORD.size]
+            out.append([handled for _, handled in RECORD.iter_unpack(raw)])
+        return out
+
     def counts(self) -> dict[str, int]:
         total: dict[str, int] = {}
         for child in self.children:
@@ -344,6 +358,15 @@ def group_running(
         yield group
     finally:
         group.stop()
+
+
+def _per_processor(group: Group) -> list[tuple[int, float]]:
+    """(events, seconds from its first to its last) of each processor: how evenly the shards
+    spread the burst, and how fast each processor's handler thread went."""
+    return [
+        (len(times), round(max(times) - min(times), 3) if times else 0.0)
+        for times in group.updates_by_child()
+    ]
 
 
 def wait_synced(group: Group, pods: int) -> tuple[float, float]:
@@ -578,7 +601,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             with group_running(count, IO_BOUND, server.url, workdir, f"io{count}") as group:
                 wait_synced(group, args.pods)
                 seconds, cpu = burst(sim, group, args.io_burst, next(seeds), others)
+                shares = _per_processor(group)
+            _progress(args, "  per processor (events, busy s): " + ", ".join(
+                f"{n} in {busy:.2f} s" for n, busy in shares))  # fmt: skip
             row = Row(IO_BURST, _procs(count), args.io_burst, seconds, extra=cpu)
+            row.extra["per_processor"] = shares
             if single is None:
                 single = row
             else:
@@ -680,7 +707,7 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=100_000, help="pods to sync")
     parser.add_argument("--burst", type=int, default=30_000, help="updates per burst")
     parser.add_argument(
-        "--io-burst", type=int, default=3_000, help="updates per burst with the 2 ms handler"
+        "--io-burst", type=int, default=6_000, help="updates per burst with the 2 ms handler"
     )
     parser.add_argument(
         "--informer-pods",
