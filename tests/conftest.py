@@ -82,6 +82,19 @@ def _with_origin(what: str, source: object) -> str:
     return what
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand the leaks found to the controller, which prints them."""
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["leaks"] = list(_LEAKS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, in the controller: collect what a finished worker found."""
+    _LEAKS.extend(getattr(node, "workeroutput", {}).get("leaks", []))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _LEAKS:
         terminalreporter.section("unclosed resources found after a module (see conftest.py)")

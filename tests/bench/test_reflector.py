@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "reflector.py"
 REFLECTOR = "informer-bus reflector"
 READERS = {REFLECTOR, "bare urllib3+orjson", "kubernetes client (models)",

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "pipeline.py"
 EXPECTED = {
     ("initial sync", "SharedInformer"), ("watch burst", "SharedInformer"),

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "redis_memory.py"
 OBJECTS = 400
 SHARDS = 4

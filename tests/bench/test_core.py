@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "core.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "core.py"
 
 
 def test_core_bench_runs_and_reports_every_ratio() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.bench.test_pipeline import _survivors
 from tests.support.cli import one_line_error, run_command
-from tests.test_bench_pipeline import _survivors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "compare.py"
 PROGRAM = "bench/compare.py"
 WORKLOADS = ("initial sync", "watch burst", "steady")
