@@ -4,11 +4,7 @@ and no process it started outlives it."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.test_pipeline import _survivors
+from tests.bench.support import assert_no_survivors, finish, start_bench
 from tests.support.cli import one_line_error, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,25 +33,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, 
     """The report, the printed table, and the directory the run wrote to."""
     out_dir = tmp_path_factory.mktemp("compare")
     marker = uuid.uuid4().hex
-    env = {**os.environ, "BENCH_SMOKE_MARKER": marker}
     report, chart = out_dir / "report.json", out_dir / "chart.png"
-    args = ["--pods", str(PODS), "--burst", str(BURST), "--steady-seconds", "0.5", "--quiet",
-            "--json", str(report), "--chart", str(chart)]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, str(BENCH), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(timeout=200)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # it stops its children on Ctrl-C
-        _, err = process.communicate(timeout=90)
-        pytest.fail(f"the bench did not finish in time:\n{err[-3000:]}")
+    args = ("--pods", str(PODS), "--burst", str(BURST), "--steady-seconds", "0.5", "--quiet",
+            "--json", str(report), "--chart", str(chart))  # fmt: skip
+    process = start_bench(BENCH, marker, *args)
+    out, err = finish(process, timeout=200)
     assert process.returncode == 0, err[-3000:]
-    deadline = time.monotonic() + 10
-    while (left := _survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes outlived the bench: {left}"
+    assert_no_survivors(marker)
     result: dict[str, Any] = orjson.loads(report.read_bytes())
     return result, out, out_dir
 

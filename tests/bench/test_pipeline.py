@@ -3,17 +3,16 @@ its ratio and target (timings are never checked), and no process it started outl
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+
+from tests.bench.support import assert_no_survivors, finish, start_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "pipeline.py"
@@ -29,42 +28,15 @@ EXPECTED = {
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
-def _survivors(marker: str) -> list[str]:
-    """Processes still running with ``marker`` in their environment."""
-    found = []
-    needle = f"BENCH_SMOKE_MARKER={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     marker = uuid.uuid4().hex
-    env = {**os.environ, "BENCH_SMOKE_MARKER": marker}
-    args = ["--pods", "300", "--burst", "300", "--io-burst", "200", "--steady-seconds", "2",
-            "--json", "--quiet"]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, str(BENCH), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # it stops its children on Ctrl-C
-        _, err = process.communicate(timeout=90)
-        pytest.fail(f"the bench did not finish in time:\n{err[-3000:]}")
+    args = ("--pods", "300", "--burst", "300", "--io-burst", "200", "--steady-seconds", "2",
+            "--json", "--quiet")  # fmt: skip
+    process = start_bench(BENCH, marker, *args)
+    out, err = finish(process, timeout=300)
     assert process.returncode == 0, err[-3000:]
-    deadline = time.monotonic() + 10
-    while (left := _survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes outlived the bench: {left}"
+    assert_no_survivors(marker)
     result: dict[str, Any] = orjson.loads(out)
     return result
 

@@ -4,20 +4,19 @@ ratio and target (timings are never checked), and no process it started outlives
 from __future__ import annotations
 
 import importlib.util
-import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import orjson
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import ROOT, assert_no_survivors, finish, start_bench, survivors
+
 BENCH = ROOT / "bench" / "reflector.py"
 REFLECTOR = "informer-bus reflector"
 READERS = {REFLECTOR, "bare urllib3+orjson", "kubernetes client (models)",
@@ -28,58 +27,14 @@ TARGETS = {"kubernetes SharedInformer": 5.0, "bare urllib3+orjson": 0.70}
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _start(marker: str, *args: str) -> subprocess.Popen[str]:
-    """The bench with ``marker`` in its environment, which every child inherits."""
-    env = {**os.environ, "BENCH_SMOKE_MARKER": marker}
-    return subprocess.Popen(
-        [sys.executable, str(BENCH), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
-
-
-def _finish(process: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str]:
-    try:
-        return process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # it stops its children on Ctrl-C
-        try:
-            _, err = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-        pytest.fail(f"the bench did not finish in {timeout} s:\n{err[-3000:]}")
-
-
-def _survivors(marker: str) -> list[str]:
-    """Processes still running with ``marker`` in their environment."""
-    found = []
-    needle = f"BENCH_SMOKE_MARKER={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
-def _assert_no_survivors(marker: str) -> None:
-    deadline = time.monotonic() + 10
-    while (left := _survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes outlived the bench: {left}"
-
-
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     marker = uuid.uuid4().hex
-    process = _start(marker, "--pods", "300", "--burst", "300", "--repeat", "1", "--json",
-                     "--quiet")  # fmt: skip
-    out, err = _finish(process)
+    args = ("--pods", "300", "--burst", "300", "--repeat", "1", "--json", "--quiet")
+    process = start_bench(BENCH, marker, *args)
+    out, err = finish(process, timeout=240)
     assert process.returncode == 0, err[-3000:]
-    _assert_no_survivors(marker)
+    assert_no_survivors(marker)
     result: dict[str, Any] = orjson.loads(out)
     return result
 
@@ -155,7 +110,7 @@ def test_bad_flags_end_with_a_usage_error() -> None:
 
 def test_ctrl_c_stops_every_child_process() -> None:
     marker = uuid.uuid4().hex
-    process = _start(marker, "--pods", "20000", "--burst", "300", "--slow-pods", "300",
+    process = start_bench(BENCH, marker, "--pods", "20000", "--burst", "300", "--slow-pods", "300",
                      "--slow-burst", "300", "--repeat", "1")  # fmt: skip
     assert process.stderr is not None
     seen = []
@@ -168,12 +123,12 @@ def test_ctrl_c_stops_every_child_process() -> None:
     # Interrupt as soon as the reflector child exists (polling, not a fixed sleep: a fast
     # reflector can list 20k pods in well under a second).
     deadline = time.monotonic() + 30
-    while not any("reflector_svc" in cmd for cmd in _survivors(marker)):
+    while not any("reflector_svc" in cmd for cmd in survivors(marker)):
         assert process.poll() is None, "the bench ended before its reflector started"
         assert time.monotonic() < deadline, "the reflector child never started"
         time.sleep(0.01)
-    assert len(_survivors(marker)) >= 3, "expected the simulator, redis-server and reflector"
+    assert len(survivors(marker)) >= 3, "expected the simulator, redis-server and reflector"
     process.send_signal(signal.SIGINT)
-    _, err = _finish(process, timeout=60)
+    _, err = finish(process, timeout=60)
     assert process.returncode == 130, err[-3000:]
-    _assert_no_survivors(marker)
+    assert_no_survivors(marker)

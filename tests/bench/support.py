@@ -1,0 +1,67 @@
+"""Running a benchmark script as a child, and finding every process it left behind.
+
+Each run gets a random marker in its environment, which every child it starts inherits, so the
+processes a run leaves behind can be found by scanning ``/proc``: the benches promise that
+Ctrl-C and a normal end stop everything they started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKER_ENV = "BENCH_SMOKE_MARKER"
+
+
+def start_bench(script: Path, marker: str, *args: str) -> subprocess.Popen[str]:
+    """``script`` with ``marker`` in its environment, stdout and stderr piped."""
+    env = {**os.environ, MARKER_ENV: marker}
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+
+
+def finish(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """Its output once it exits; past ``timeout`` it gets Ctrl-C (then SIGKILL) and the test
+    fails with the end of its stderr."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # a bench stops its children on Ctrl-C
+        try:
+            _, err = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+        pytest.fail(f"the bench did not finish in {timeout} s:\n{err[-3000:]}")
+
+
+def survivors(marker: str) -> list[str]:
+    """Command lines of the processes still running with ``marker`` in their environment."""
+    found = []
+    needle = f"{MARKER_ENV}={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def assert_no_survivors(marker: str, grace: float = 10.0) -> None:
+    """Every process of the run has exited (within ``grace`` seconds)."""
+    deadline = time.monotonic() + grace
+    while (left := survivors(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes outlived the bench: {left}"
