@@ -52,8 +52,8 @@ def leaks_are_collected_and_reported_per_module(request: pytest.FixtureRequest) 
     error in whatever later, unrelated test ran then (filterwarnings=error), so the failure
     pointed at the wrong code and came and went with the collector's timing. Reported here,
     not failed, with the stack that created the socket (``tests/support/socket_origins.py``):
-    one leak of this kind shows up in about one full run in three and has never been
-    reproduced alone, so each report is the evidence to find its owner with.
+    one leak of this kind shows up now and then in a full run and has never been reproduced
+    alone, so each report is the evidence to find its owner with.
     """
     yield
     unraisable: list[Any] = []

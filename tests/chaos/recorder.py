@@ -8,7 +8,7 @@ under the old ownership then ran until Redis came back, long after the lease had
 new owner had started, and its late lease read named that new owner. Neither is what a handler
 sees.
 
-:class:`PatientRecorder` tries the read once (with a short timeout) and, when Redis does not
+:class:`OutageRecorder` tries the read once (with a short timeout) and, when Redis does not
 answer, records the call at once with what it last observed for that shard as this process's
 own lease (``lease_read`` false), and with ``unread_since``: when the reads started failing.
 What it cannot observe it does not claim; what follows from it is still checked
@@ -16,7 +16,7 @@ What it cannot observe it does not claim; what follows from it is still checked
 shard at its renew deadline, which comes at the latest ``renew_deadline`` seconds after Redis
 stopped answering, so a call recorded later than that is a problem.
 
-``--handler tests.chaos.recorder:PatientRecorder`` with ``IB_RECORD_FILE`` set, as for
+``--handler tests.chaos.recorder:OutageRecorder`` with ``IB_RECORD_FILE`` set, as for
 ``Recorder``.
 """
 
@@ -28,13 +28,13 @@ import redis
 
 from tests.support.recording_handler import Recorder
 
-__all__ = ["PatientRecorder"]
+__all__ = ["OutageRecorder"]
 
 _READ_TIMEOUT = 0.5
 """Seconds one lease read may take (a hung Redis accepts connections but never answers)."""
 
 
-class PatientRecorder(Recorder):
+class OutageRecorder(Recorder):
     """:class:`Recorder` that records calls while Redis is away (module docstring)."""
 
     def __init__(self, context: Any) -> None:

@@ -3,7 +3,7 @@
 A scenario runs the API server simulator (in this process: it is the ground truth) with steady
 churn, a private AOF-backed ``redis-server`` on a fixed port, one or two reflectors and two
 processors as child processes (the processors record every handler call with
-:class:`tests.chaos.recorder.PatientRecorder`). Mid-churn it injects one fault (``fault``):
+:class:`tests.chaos.recorder.OutageRecorder`). Mid-churn it injects one fault (``fault``):
 
 Redis
     ``restart``: SIGKILL redis-server, start it again on the same port and directory
@@ -86,7 +86,7 @@ from tests.support.bus import (
 __all__ = ["FULL", "REDIS_FAULTS", "SHORT", "Result", "Scenario", "Timings", "run", "table"]
 
 SHARDS = 8
-HANDLER = "tests.chaos.recorder:PatientRecorder"
+HANDLER = "tests.chaos.recorder:OutageRecorder"
 PROCESSORS = ("p1", "p2")
 REFLECTORS = ("reflector", "reflector-b")
 REDIS_FAULTS = frozenset({"restart", "outage", "hang"})

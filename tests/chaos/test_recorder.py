@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from common.sharding import ShardKeys, shard_for
-from tests.chaos.recorder import PatientRecorder
+from tests.chaos.recorder import OutageRecorder
 from tests.processor_chaos.conftest import Call, ownership_problems, read_calls
 from tests.support.redis_server import RedisServer
 
@@ -30,7 +30,7 @@ def test_a_call_while_redis_is_down_is_recorded_at_once_with_the_last_own_lease(
     settings = SimpleNamespace(
         member_id="p1", prefix="ib", shard_count=SHARDS, redis_url=server.url, redis_cluster=False
     )
-    recorder = PatientRecorder(SimpleNamespace(settings=settings, resource="pods"))
+    recorder = OutageRecorder(SimpleNamespace(settings=settings, resource="pods"))
     pod = {"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}}
     lease = ShardKeys("ib", "pods", shard_for("default/a", SHARDS)).lease
     try:

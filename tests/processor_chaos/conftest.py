@@ -214,17 +214,13 @@ def ownership_problems(
     """
     problems = [f"{c}: the lease was held by {c.holder!r}" for c in calls if not c.mine][:20]
     if renew_deadline is not None:
-        late = [
-            c for c in calls
-            if c.unread_since is not None
-            and c.t - c.unread_since > renew_deadline + _DEADLINE_SLACK
-        ]  # fmt: skip
+        unread = [(c, c.t - c.unread_since) for c in calls if c.unread_since is not None]
         problems += [
-            f"{c}: {c.t - c.unread_since:.2f} s after Redis stopped answering, past the renew "
-            f"deadline ({renew_deadline} s)"
-            for c in late[:10]
-            if c.unread_since is not None
-        ]
+            f"{c}: {after:.2f} s after Redis stopped answering, past the renew deadline "
+            f"({renew_deadline} s)"
+            for c, after in unread
+            if after > renew_deadline + _DEADLINE_SLACK
+        ][:10]
     for member, at in killed.items():
         late = [c for c in calls if c.member == member and c.end > at]
         problems += [f"{c}: after {member} was killed at {at:.3f}" for c in late[:5]]
