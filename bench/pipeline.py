@@ -295,21 +295,11 @@ class Group:
 
     def updates(self) -> list[tuple[int, float]]:
         """(churn step, handler time) of every update since :meth:`mark`."""
-        out: list[tuple[int, float]] = []
-        for child in self.children:
-            path = self._file(child, "updates")
-            if not path.exists():
-                continue
-            with path.open("rb") as data:
-                data.seek(self.offsets.get(child.pid, 0))
-                raw = data.read()
-            raw = raw[: len(raw) - len(raw) % RECORD.size]
-            out += RECORD.iter_unpack(raw)
-        return out
+        return [record for records in self.updates_by_child() for record in records]
 
-    def updates_by_child(self) -> list[list[float]]:
-        """Handler times of every update since :meth:`mark`, one list per child."""
-        out: list[list[float]] = []
+    def updates_by_child(self) -> list[list[tuple[int, float]]]:
+        """:meth:`updates`, one list per child."""
+        out: list[list[tuple[int, float]]] = []
         for child in self.children:
             path = self._file(child, "updates")
             raw = b""
@@ -318,7 +308,7 @@ class Group:
                     data.seek(self.offsets.get(child.pid, 0))
                     raw = data.read()
             raw = raw[: len(raw) - len(raw) % RECORD.size]
-            out.append([handled for _, handled in RECORD.iter_unpack(raw)])
+            out.append(list(RECORD.iter_unpack(raw)))
         return out
 
     def counts(self) -> dict[str, int]:
@@ -363,10 +353,11 @@ def group_running(
 def _per_processor(group: Group) -> list[tuple[int, float]]:
     """(events, seconds from its first to its last) of each processor: how evenly the shards
     spread the burst, and how fast each processor's handler thread went."""
-    return [
-        (len(times), round(max(times) - min(times), 3) if times else 0.0)
-        for times in group.updates_by_child()
-    ]
+    shares = []
+    for records in group.updates_by_child():
+        times = [handled for _, handled in records]
+        shares.append((len(times), round(max(times) - min(times), 3) if times else 0.0))
+    return shares
 
 
 def wait_synced(group: Group, pods: int) -> tuple[float, float]:

@@ -65,3 +65,13 @@ def assert_no_survivors(marker: str, grace: float = 10.0) -> None:
     while (left := survivors(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes outlived the bench: {left}"
+
+
+def assert_usage_errors(script: Path, *flag_sets: list[str]) -> None:
+    """Each set of flags ends ``script`` with exit status 2 and no traceback."""
+    for flags in flag_sets:
+        result = subprocess.run(
+            [sys.executable, str(script), *flags], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 2, (flags, result.stderr)
+        assert "Traceback" not in result.stderr

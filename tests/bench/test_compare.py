@@ -12,10 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import assert_no_survivors, finish, start_bench
+from tests.bench.support import ROOT, assert_no_survivors, finish, start_bench
 from tests.support.cli import one_line_error, run_command
 
-ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "compare.py"
 PROGRAM = "bench/compare.py"
 WORKLOADS = ("initial sync", "watch burst", "steady")

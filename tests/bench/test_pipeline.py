@@ -3,18 +3,14 @@ its ratio and target (timings are never checked), and no process it started outl
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.bench.support import assert_no_survivors, finish, start_bench
+from tests.bench.support import ROOT, assert_no_survivors, assert_usage_errors, finish, start_bench
 
-ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "pipeline.py"
 EXPECTED = {
     ("initial sync", "SharedInformer"), ("watch burst", "SharedInformer"),
@@ -57,6 +53,11 @@ def test_every_workload_and_configuration_has_a_row(report: dict[str, Any]) -> N
         assert rows[("initial sync", count)]["events"] == 300
     assert rows[("burst, 2 ms handler", "4 processors")]["target_ratio"] == 3.5
     assert rows[("burst, 2 ms handler", "4 processors")]["baseline"] == "1 processor"
+    for count, processors in (("1 processor", 1), ("4 processors", 4)):
+        shares = rows[("burst, 2 ms handler", count)]["per_processor"]
+        assert len(shares) == processors, "each processor's share of the burst"
+        assert sum(events for events, _ in shares) == 200
+        assert all(busy >= 0 for _, busy in shares)
 
 
 def test_latency_machine_and_notes_are_reported(report: dict[str, Any]) -> None:
@@ -86,9 +87,4 @@ def test_the_table_prints_every_row_with_its_verdict(
 
 
 def test_bad_flags_end_with_a_usage_error() -> None:
-    for flags in (["--pods", "0"], ["--pods", "10", "--informer-pods", "20"]):
-        result = subprocess.run(
-            [sys.executable, str(BENCH), *flags], capture_output=True, text=True, check=False
-        )
-        assert result.returncode == 2
-        assert "Traceback" not in result.stderr
+    assert_usage_errors(BENCH, ["--pods", "0"], ["--pods", "10", "--informer-pods", "20"])

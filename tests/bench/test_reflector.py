@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -15,7 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, assert_no_survivors, finish, start_bench, survivors
+from tests.bench.support import (
+    ROOT,
+    assert_no_survivors,
+    assert_usage_errors,
+    finish,
+    start_bench,
+    survivors,
+)
 
 BENCH = ROOT / "bench" / "reflector.py"
 REFLECTOR = "informer-bus reflector"
@@ -100,12 +106,7 @@ def test_the_table_shows_every_row_with_its_verdict(
 
 
 def test_bad_flags_end_with_a_usage_error() -> None:
-    for flags in (["--pods", "0"], ["--pods", "10", "--slow-pods", "20"]):
-        result = subprocess.run(
-            [sys.executable, str(BENCH), *flags], capture_output=True, text=True, check=False
-        )
-        assert result.returncode == 2
-        assert "Traceback" not in result.stderr
+    assert_usage_errors(BENCH, ["--pods", "0"], ["--pods", "10", "--slow-pods", "20"])
 
 
 def test_ctrl_c_stops_every_child_process() -> None:

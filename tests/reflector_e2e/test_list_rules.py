@@ -7,6 +7,7 @@ simulator's history at an exact moment, which no timing-based test could hit rel
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,19 +52,16 @@ class Running:
     reflector: Reflector
     source: RecordingSource
     metrics: ReflectorMetrics
-    fenced: threading.Event = field(default_factory=threading.Event)
 
 
-def lead_until_stopped_or_fenced(running: Running, epoch: int, stop: threading.Event) -> None:
+def lead_until_stopped_or_fenced(reflector: Reflector, epoch: int, stop: threading.Event) -> None:
     """What the service does with a leader's run: a newer leader's fence means step down.
 
     The tests below start a second leader while the first still runs, as a real handover
     can; the first may be fenced before or after it notices, so both outcomes are normal.
     """
-    try:
-        running.reflector.run(epoch, stop)
-    except FencedError:
-        running.fenced.set()
+    with contextlib.suppress(FencedError):
+        reflector.run(epoch, stop)
 
 
 @pytest.fixture
@@ -89,14 +87,13 @@ def run_reflector(sim: Simulator, redis_client: redis.Redis) -> Iterator[Callabl
             settings=ReflectorSettings(**values),
             metrics=metrics,
         )
-        running = Running(reflector, source, metrics)
         stop = threading.Event()
         thread = threading.Thread(
-            target=lead_until_stopped_or_fenced, args=(running, epoch, stop), name="reflector"
+            target=lead_until_stopped_or_fenced, args=(reflector, epoch, stop), name="reflector"
         )
         thread.start()
         stops.append((stop, thread, reflector))
-        return running
+        return Running(reflector, source, metrics)
 
     try:
         yield start
