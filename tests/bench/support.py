@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,16 @@ def finish(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
             process.kill()
             _, err = process.communicate()
         pytest.fail(f"the bench did not finish in {timeout} s:\n{err[-3000:]}")
+
+
+def run_bench(script: Path, *args: str, timeout: float) -> str:
+    """Run ``script`` to its end: it exits 0 and leaves nothing running; returns its stdout."""
+    marker = uuid.uuid4().hex
+    process = start_bench(script, marker, *args)
+    out, err = finish(process, timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    assert_no_survivors(marker)
+    return out
 
 
 def survivors(marker: str) -> list[str]:

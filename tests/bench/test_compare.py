@@ -5,14 +5,13 @@ and no process it started outlives it."""
 from __future__ import annotations
 
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, assert_no_survivors, finish, start_bench
+from tests.bench.support import ROOT, run_bench
 from tests.support.cli import one_line_error, run_command
 
 BENCH = ROOT / "bench" / "compare.py"
@@ -31,14 +30,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     """The report, the printed table, and the directory the run wrote to."""
     out_dir = tmp_path_factory.mktemp("compare")
-    marker = uuid.uuid4().hex
     report, chart = out_dir / "report.json", out_dir / "chart.png"
     args = ("--pods", str(PODS), "--burst", str(BURST), "--steady-seconds", "0.5", "--quiet",
             "--json", str(report), "--chart", str(chart))  # fmt: skip
-    process = start_bench(BENCH, marker, *args)
-    out, err = finish(process, timeout=200)
-    assert process.returncode == 0, err[-3000:]
-    assert_no_survivors(marker)
+    out = run_bench(BENCH, *args, timeout=200)
     result: dict[str, Any] = orjson.loads(report.read_bytes())
     return result, out, out_dir
 

@@ -3,13 +3,16 @@ its ratio and target (timings are never checked), and no process it started outl
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, assert_no_survivors, assert_usage_errors, finish, start_bench
+from tests.bench.support import (
+    ROOT,
+    assert_usage_errors,
+    run_bench,
+)
 
 BENCH = ROOT / "bench" / "pipeline.py"
 EXPECTED = {
@@ -26,14 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    marker = uuid.uuid4().hex
     args = ("--pods", "300", "--burst", "300", "--io-burst", "200", "--steady-seconds", "2",
             "--json", "--quiet")  # fmt: skip
-    process = start_bench(BENCH, marker, *args)
-    out, err = finish(process, timeout=300)
-    assert process.returncode == 0, err[-3000:]
-    assert_no_survivors(marker)
-    result: dict[str, Any] = orjson.loads(out)
+    result: dict[str, Any] = orjson.loads(run_bench(BENCH, *args, timeout=300))
     return result
 
 
