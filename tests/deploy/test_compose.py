@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -385,3 +387,50 @@ def test_processors_share_every_shard(stack: LocalStack, bus: Bus) -> None:
     wait_until(shared, 30, interval=0.2, message=lambda: f"shards shared: {bus.shard_holders()}")
     for processor in processors:
         processor.wait_ready()
+
+
+# --- the documented tools against the stack -------------------------------------------------------
+
+_EXEC = re.compile(
+    r"^\s*#?\s*docker compose exec (?P<options>(?:-\S+ )*)(?P<service>[\w-]+) "
+    r"(?P<cmd>.+?)\s*(?:#.*)?$"
+)
+_DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "deploy.md", COMPOSE_FILE)
+
+
+def documented_exec_commands() -> list[tuple[str, str, str]]:
+    """Every ``docker compose exec SERVICE COMMAND`` the docs and the compose file show, as
+    (document, service, command)."""
+    found = []
+    for document in _DOCUMENTS:
+        for line in document.read_text().splitlines():
+            if match := _EXEC.match(line.strip("`")):
+                found.append((document.name, match["service"], match["cmd"].strip("`")))
+    return found
+
+
+def test_the_docs_show_status_and_subscribe_against_the_stack() -> None:
+    commands = {cmd.split()[1] for _, _, cmd in documented_exec_commands()}
+    assert {"status", "subscribe"} <= commands
+
+
+@pytest.mark.parametrize(("document", "service", "command"), documented_exec_commands())
+def test_a_documented_exec_command_runs_in_the_service_environment(
+    stack: LocalStack, bus: Bus, document: str, service: str, command: str
+) -> None:
+    """What ``docker compose exec`` runs: the command as written, in the service's container
+    environment (image ENV, then compose ``environment``), with only the Redis host localized."""
+    argv = command.split()
+    assert argv[0] == "informer-bus", f"{document}: {command!r} does not run informer-bus"
+    wait_until(bus.synced, 60, message="the stack's reflector to publish its first list")
+    launch = launch_for(SERVICES[service]["command"], compose_environment(SERVICES[service]))
+    redis_url = settings_of(launch).redis_url
+    local_url = urlsplit(redis_url)._replace(netloc=urlsplit(stack.redis_url).netloc).geturl()
+    env = {**launch.env, "INFORMER_BUS_REDIS_URL": local_url, "PATH": "/usr/bin:/bin"}
+    assert launch.env.get("INFORMER_BUS_REDIS_URL") == redis_url, "the URL comes from the env"
+    script = Path(sys.executable).parent / "informer-bus"
+    done = subprocess.run(
+        [str(script), *argv[1:]], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, f"{document}: {command!r} exited {done.returncode}: {done.stderr}"
+    assert done.stdout.strip(), f"{document}: {command!r} printed nothing"
