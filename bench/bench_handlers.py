@@ -3,10 +3,12 @@
 Not for production: they report to the bench through files in ``$BENCH_PIPELINE_DIR``, one
 pair per processor process (``<pid>`` is the child's process id):
 
-* ``updates-<pid>.bin``: one 16-byte record per ``on_update`` -- the churn step the simulator
-  wrote into the object's ``sim.informer-bus.io/churn`` annotation (-1 without one) and the
-  ``time.monotonic()`` at which the handler was called. CLOCK_MONOTONIC is one clock for every
-  process of the machine, so the bench compares it with its own readings directly.
+* ``updates-<pid>.bin``: one :data:`RECORD` per ``on_update`` (read back as :class:`Update`):
+  the churn step the simulator wrote into the object's ``sim.informer-bus.io/churn``
+  annotation, the simulator's commit stamp from ``sim.informer-bus.io/committed-at`` (-1 for
+  either when the update has none), and the CLOCK_MONOTONIC nanoseconds at which the handler
+  was called. CLOCK_MONOTONIC is one clock for every process of the machine, so the handler
+  time minus the stamp is the update's latency, with no estimate and no clock skew.
 * ``stats-<pid>.json``: running counts (initial-list adds, later adds, updates, deletes),
   replaced atomically.
 
@@ -23,18 +25,39 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from informer_bus.apiserver_sim.load import CHURN_ANNOTATION
+from informer_bus.apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
 
-__all__ = ["DIR_ENV", "RECORD", "IoBound", "Trivial"]
+__all__ = ["DIR_ENV", "RECORD", "IoBound", "Trivial", "Update", "handler_clock_ns"]
 
 DIR_ENV = "BENCH_PIPELINE_DIR"
-RECORD = struct.Struct("<qd")
-"""(churn step, monotonic seconds) per update."""
+RECORD = struct.Struct("<qqq")
+"""(churn step, commit stamp ns, handler ns) per update: see :class:`Update`."""
 _FLUSH_INTERVAL = 0.02
+
+
+def handler_clock_ns() -> int:
+    """The clock the simulator stamps commits with (``load.COMMITTED_AT_ANNOTATION``)."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class Update(NamedTuple):
+    """One update a handler saw, as recorded."""
+
+    step: int
+    """The churn step (-1: not a churn update)."""
+    committed_ns: int
+    """The simulator's commit stamp (-1: the churn was not asked to stamp)."""
+    handled_ns: int
+    """When the handler was called, on the same clock as the stamp."""
+
+    @property
+    def handled(self) -> float:
+        """:attr:`handled_ns` in seconds (``time.monotonic()``'s scale)."""
+        return self.handled_ns / 1e9
 
 
 class Trivial:
@@ -66,10 +89,15 @@ class Trivial:
             time.sleep(self.delay)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        now = time.monotonic()
+        now = handler_clock_ns()
         annotations = new["metadata"].get("annotations") or {}
         step = annotations.get(CHURN_ANNOTATION)
-        self._records.append(self._pack(int(step) if step is not None else -1, now))
+        committed = annotations.get(COMMITTED_AT_ANNOTATION)
+        self._records.append(
+            self._pack(
+                -1 if step is None else int(step), -1 if committed is None else int(committed), now
+            )
+        )
         self.counts["updates"] += 1
         if self.delay:
             time.sleep(self.delay)

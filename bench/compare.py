@@ -23,8 +23,9 @@ process so that its peak RSS (``VmHWM``) is its own:
 * ``informer-bus``: one ``python -m reflector_svc`` child into the private Redis and 1, 2, then
   4 ``python -m processor_svc`` children (bench/pipeline.py's code).
 
-Every contender calls the same handler (``bench_handlers:Trivial``: it counts, and stamps every
-update with its churn step and ``time.monotonic()``), on the same pods, for three workloads:
+Every contender calls the same handler (``bench_handlers:Trivial``: it counts, and records every
+update's churn step, the simulator's commit stamp and its own CLOCK_MONOTONIC reading), on the
+same pods, for three workloads:
 
 * **initial sync** of ``--pods`` pods: a contender's own LIST (or watch) until it holds every
   object (the ones with event handlers: until the handler saw every object). informer-bus end
@@ -35,8 +36,10 @@ update with its churn step and ``time.monotonic()``), on the same pods, for thre
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
-  every update from its creation in the simulator to its handler call, p50/p99 (bench/pipeline.py
-  explains how the creation time is recovered from the churn schedule).
+  every update from its commit in the simulator to its handler call, p50/p99: the handler's
+  clock minus the stamp the simulator wrote into the update as it committed it, both
+  CLOCK_MONOTONIC (bench/pipeline.py explains why it cannot be negative; a negative one fails
+  the run).
 
 kopf batches the events of one object (``settings.batching.batch_window``, 0.1 s): an object
 updated twice within the window may reach the handler once, with its newest state. Its burst and
@@ -357,7 +360,7 @@ def last_step_seen(group: Group, count: int, what: str) -> None:
     a contender that coalesces events (kopf) has then caught up. Polled slowly: the times come
     from the handler's stamps, not from this loop."""
     deadline = time.monotonic() + _timeout(count)
-    while not any(step == count - 1 for step, _ in group.updates()):
+    while not any(update.step == count - 1 for update in group.updates()):
         group.check_alive()
         if time.monotonic() > deadline:
             raise BenchError(f"timed out waiting for {what}")
@@ -374,7 +377,7 @@ def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind
         wait_for(
             lambda: group.updates_seen() >= count, what, _timeout(count), alive=group.check_alive
         )
-    times = [handled for _, handled in group.updates()]
+    times = [update.handled for update in group.updates()]
     if kind != KOPF and len(times) != count:
         raise BenchError(f"{LABELS[kind]} saw {len(times)} updates for a burst of {count}")
     pid = group.children[0].pid
@@ -384,7 +387,7 @@ def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind
 
 def _steady_result(row: Any, contender: str, label: str, pids: Sequence[int]) -> Result:
     latency = {k: row.extra[k] for k in ("p50_ms", "p99_ms", "max_ms") if k in row.extra}
-    extra = {k: row.extra[k] for k in ("handled", "simulator_late_ms") if k in row.extra}
+    extra = {k: row.extra[k] for k in ("handled", "rate_churned") if k in row.extra}
     return Result(STEADY, contender, label, row.events, row.seconds, peak_rss_mb(pids),
                   latency, extra)  # fmt: skip
 
@@ -622,8 +625,9 @@ def notes(report: dict[str, Any]) -> list[str]:
         "watch burst: first to last update handled. kopf may coalesce the events of one object "
         "within its 0.1 s batch window; its rows count every update sent ('handled' in the JSON "
         "says how many its handler saw).",
-        f"steady: {s['steady_rate']:g} updates/s for {s['steady_seconds']:g} s; latency from "
-        "the update's creation in the simulator to the handler call (bench/pipeline.py).",
+        f"steady: {s['steady_rate']:g} updates/s for {s['steady_seconds']:g} s; latency = the "
+        "handler call minus the commit stamp the simulator wrote into the update (one "
+        "CLOCK_MONOTONIC for every process; bench/pipeline.py).",
         "peak RSS: VmHWM of the contender's process up to the end of that workload; "
         "informer-bus: the largest processor's (the reflector's and redis-server's are in the "
         "memory lines).",

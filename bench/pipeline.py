@@ -24,21 +24,20 @@ What runs, in order (one thing measured at a time):
      streams, then released at once; timed from the first update a handler saw to the last.
      The simulator's events travel through the reflector, Redis and the processors;
    * **steady** (with ``--steady-processors`` children only): churn at ``--steady-rate``
-     updates/s for ``--steady-seconds``; the latency of every update from its creation in the
-     simulator to its handler call, p50/p99.
+     updates/s for ``--steady-seconds``; the latency of every update from its commit in the
+     simulator to its handler call, p50/p99 (below).
 
 4. For 1 and 4 children with the I/O-bound handler (``bench_handlers:IoBound``, 2 ms of
    waiting per live event): a burst of ``--io-burst`` updates; the scale-out ratio.
 
-Event-to-handler latency: the handler only sees the object. The simulator's churn writes its
-step number ``i`` into the annotation ``sim.informer-bus.io/churn`` (it cannot carry a
-timestamp: the churn API has no such option and the managedFields time is a fake, step-derived
-clock), and a paced churn creates step ``i`` at ``start + i / rate`` (batches are at most 1 ms
-early). ``start`` is not reported by the simulator, so the bench samples the simulator's
-resourceVersion (``/_sim/stats``, every 50 ms): each sample with ``n`` events created at time
-``t`` gives ``start ~= t - (n - 0.5) / rate``; the median of those is used, and their spread (how
-far the simulator ran late) is reported. Handlers stamp ``time.monotonic()``: one clock for
-every process of this machine, no clock skew.
+Event-to-handler latency, measured, not estimated: the steady churn asks the simulator to stamp
+every update it commits (the annotation ``sim.informer-bus.io/committed-at``: CLOCK_MONOTONIC
+nanoseconds, read under the store lock before the new revision exists, so before any watcher
+can receive it). The handler reads the same clock when it is called (``bench_handlers``); one
+clock for every process of this machine, so handler time minus stamp is the latency, and a
+negative one can only be a clock bug: the bench then fails (``BenchError``) instead of printing
+it. The simulator's own account of the churn (how many updates, at what rate it kept up) says
+how many updates to wait for and how close to ``--steady-rate`` it ran.
 
 Targets (issue 5): end-to-end burst events/s >= 5x SharedInformer's; with the I/O-bound
 handler, 4 processors >= 3.5x the throughput of 1.
@@ -47,6 +46,7 @@ handler, 4 processors >= 3.5x the throughput of 1.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -58,14 +58,14 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import redis
-from bench_handlers import DIR_ENV, RECORD
+from bench_handlers import DIR_ENV, RECORD, Update
 from harness import ROOT, ServiceChild, process_cpu_seconds, start_simulator_and_redis
 from kubernetes import client as kube_client
 from reflector import (
@@ -87,6 +87,7 @@ from reflector import (
 )
 
 from informer_bus.apiserver_sim import SimulatorSettings
+from informer_bus.apiserver_sim.load import COMMITTED_AT_ANNOTATION
 
 TRIVIAL = "bench_handlers:Trivial"
 IO_BOUND = "bench_handlers:IoBound"
@@ -108,8 +109,8 @@ SCALE_OUT_TARGET = 3.5
 CPU_COMPONENTS = ("simulator", "reflector", "redis", "processors")
 """The processes whose CPU per event a burst reports (see ``burst``)."""
 
-STATS_INTERVAL = 0.05
-"""Seconds between the simulator resourceVersion samples of the steady phase."""
+CHILD_CHECK_INTERVAL = 0.2
+"""Seconds between checks that the children still run while the steady churn does."""
 
 
 # ----------------------------------------------------------------------------- results
@@ -293,11 +294,11 @@ class Group:
                 total += (path.stat().st_size - self.offsets.get(child.pid, 0)) // RECORD.size
         return total
 
-    def updates(self) -> list[tuple[int, float]]:
-        """(churn step, handler time) of every update since :meth:`mark`."""
+    def updates(self) -> list[Update]:
+        """Every update the handlers recorded since :meth:`mark`."""
         return [record for records in self.updates_by_child() for record in records]
 
-    def updates_by_child(self) -> list[list[tuple[int, float]]]:
+    def updates_by_child(self) -> list[list[Update]]:
         """:meth:`updates`, one list per child."""
         out: list[list[tuple[int, float]]] = []
         for child in self.children:
@@ -308,7 +309,7 @@ class Group:
                     data.seek(self.offsets.get(child.pid, 0))
                     raw = data.read()
             raw = raw[: len(raw) - len(raw) % RECORD.size]
-            out.append(list(RECORD.iter_unpack(raw)))
+            out.append([Update._make(record) for record in RECORD.iter_unpack(raw)])
         return out
 
     def counts(self) -> dict[str, int]:
@@ -355,7 +356,7 @@ def _per_processor(group: Group) -> list[tuple[int, float]]:
     spread the burst, and how fast each processor's handler thread went."""
     shares = []
     for records in group.updates_by_child():
-        times = [handled for _, handled in records]
+        times = [update.handled for update in records]
         shares.append((len(times), round(max(times) - min(times), 3) if times else 0.0))
     return shares
 
@@ -392,7 +393,7 @@ def burst(
         alive=group.check_alive,
     )
     after = cpu()
-    times = [handled for _, handled in group.updates()]
+    times = [update.handled for update in group.updates()]
     if len(times) != count:
         raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
     per_event = {
@@ -402,30 +403,68 @@ def burst(
     return max(1e-6, max(times) - min(times)), per_event
 
 
+def latencies_ms(updates: Sequence[Update]) -> list[float]:
+    """Handler time minus commit stamp of every update, in ms, sorted.
+
+    Both readings are CLOCK_MONOTONIC and the stamp is taken before the update can reach any
+    watcher, so a negative latency is a broken clock, not a fast pipeline: refuse it (and an
+    update without a stamp) rather than print a figure that cannot be true."""
+    unstamped = sum(1 for update in updates if update.committed_ns < 0)
+    if unstamped:
+        raise BenchError(
+            f"{unstamped} of {len(updates)} updates reached the handler without the "
+            f"simulator's {COMMITTED_AT_ANNOTATION} stamp: their latency is unknown"
+        )
+    latencies = sorted(update.handled_ns - update.committed_ns for update in updates)
+    if latencies and latencies[0] < 0:
+        negative = sum(1 for latency in latencies if latency < 0)
+        raise BenchError(
+            f"{negative} of {len(updates)} updates were handled before the simulator "
+            f"committed them (by up to {-latencies[0] / 1e6:.3f} ms): the handler's clock and "
+            "the simulator's are not the same CLOCK_MONOTONIC; no latency is reported"
+        )
+    return [latency / 1e6 for latency in latencies]
+
+
+def _churn_stamped(
+    sim: Sim, group: Group, rate: float, seconds: float, seed: int
+) -> tuple[int, float]:
+    """Run a stamped update-only churn to its end, checking the children meanwhile; how many
+    updates the simulator made and at what rate (its own account)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="steady-churn")
+    try:
+        churning = pool.submit(
+            sim.process.churn, rate=rate, seconds=seconds, seed=seed, wait=True,
+            mix={"update": 1.0}, stamp=True,
+        )  # fmt: skip
+        while True:
+            try:
+                stats = churning.result(timeout=CHILD_CHECK_INTERVAL)
+                break
+            except concurrent.futures.TimeoutError:
+                group.check_alive()  # the churn ends on its own within ``seconds``
+    finally:
+        # Not waiting: if a child died (or Ctrl-C), the bench stops the simulator next, which
+        # ends the request this thread is blocked in.
+        pool.shutdown(wait=False)
+    created = int(stats["events"])
+    if int(stats["updates"]) != created:
+        raise BenchError(f"the steady churn made {stats['updates']} updates of {created} events")
+    return created, float(stats["rate"])
+
+
 def steady(
     sim: Sim, group: Group, rate: float, seconds: float, seed: int, *, coalescing: bool = False
 ) -> tuple[Row, dict[str, Any]]:
-    """Churn at ``rate`` updates/s for ``seconds``; the latency of every update.
+    """Churn at ``rate`` updates/s for ``seconds``; the latency of every update, from the
+    simulator's commit stamp to the handler call.
 
     ``coalescing``: the handlers may see only the newest of an object's close updates (kopf,
     for bench/compare.py): wait for the last update, and report how many were ``handled``."""
-    rv0 = int(sim.resource_version())
     group.mark()
-    samples: list[tuple[float, int]] = []
-    sim.process.churn(rate=rate, seconds=seconds, seed=seed, wait=False, mix={"update": 1.0})
-    deadline = time.monotonic() + seconds + 1
-    while time.monotonic() < deadline:
-        before = time.monotonic()
-        rv = int(sim.resource_version())
-        samples.append(((before + time.monotonic()) / 2, rv - rv0))
-        group.check_alive()
-        time.sleep(STATS_INTERVAL)
-    created = int(sim.resource_version()) - rv0
-    while (now := int(sim.resource_version()) - rv0) != created:  # the churn's last batch
-        created = now
-        time.sleep(0.2)
+    created, churn_rate = _churn_stamped(sim, group, rate, seconds, seed)
     wait_for(
-        (lambda: any(step == created - 1 for step, _ in group.updates()))
+        (lambda: any(update.step == created - 1 for update in group.updates()))
         if coalescing
         else (lambda: group.updates_seen() >= created),
         "the steady churn's last updates",
@@ -435,22 +474,19 @@ def steady(
     records = group.updates()
     if created == 0 or not records or (len(records) != created and not coalescing):
         raise BenchError(f"handlers saw {len(records)} updates of {created} churned")
-    during = [(t, n) for t, n in samples if 0 < n < created]
-    if not during:
-        raise BenchError("no simulator sample fell inside the steady churn")
-    starts = sorted(t - (n - 0.5) / rate for t, n in during)
-    start = statistics.median(starts)
-    latencies = sorted(handled - (start + step / rate) for step, handled in records)
+    latencies = latencies_ms(records)
     cuts = statistics.quantiles(latencies, n=100, method="inclusive")
-    first = min(handled for _, handled in records)
-    last = max(handled for _, handled in records)
+    first = min(update.handled for update in records)
+    last = max(update.handled for update in records)
     latency = {
-        "p50_ms": round(cuts[49] * 1000, 2),
-        "p99_ms": round(cuts[98] * 1000, 2),
-        "max_ms": round(latencies[-1] * 1000, 2),
-        "min_ms": round(latencies[0] * 1000, 2),
-        "simulator_late_ms": round((starts[-1] - start) * 1000, 2),
+        "p50_ms": round(cuts[49], 2),
+        "p99_ms": round(cuts[98], 2),
+        "max_ms": round(latencies[-1], 2),
+        "min_ms": round(latencies[0], 3),
         "rate_asked": rate,
+        # The simulator's own pace: below rate_asked when the machine was too busy for the
+        # churn to keep to its schedule (the latencies do not depend on it).
+        "rate_churned": round(churn_rate, 1),
     }
     if coalescing:
         latency["handled"] = len(records)
@@ -635,10 +671,10 @@ def notes(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
         )
     if latency:
         text.append(
-            f"steady churn: {latency['rate_asked']:g} updates/s asked; latency = handler call "
-            "minus the simulator's creation time of that update, taken from the churn schedule "
-            "(step annotation) anchored on resourceVersion samples (see the docstring); the "
-            f"simulator ran up to {latency['simulator_late_ms']:.1f} ms behind its schedule. "
+            f"steady churn: {latency['rate_asked']:g} updates/s asked, "
+            f"{latency['rate_churned']:g}/s made by the simulator; latency = handler call "
+            "minus the simulator's commit stamp of that update (CLOCK_MONOTONIC, one clock for "
+            "every process of the machine; see the docstring). "
             f"p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms, "
             f"max {latency['max_ms']:.1f} ms."
         )

@@ -28,7 +28,14 @@ from informer_bus.apiserver_sim.resources import NAMESPACES, PODS, ResourceType
 from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import ApiError
 
-__all__ = ["DEFAULT_MIX", "ChurnStats", "churn", "populate"]
+__all__ = [
+    "CHURN_ANNOTATION",
+    "COMMITTED_AT_ANNOTATION",
+    "DEFAULT_MIX",
+    "ChurnStats",
+    "churn",
+    "populate",
+]
 
 DEFAULT_MIX: Mapping[str, float] = {"create": 0.2, "update": 0.6, "delete": 0.2}
 _BATCH = 32  # most operations per store lock hold (~1 ms of work)
@@ -100,17 +107,29 @@ def populate(
 
 
 CHURN_ANNOTATION = "sim.informer-bus.io/churn"
+"""The step number of the churn run that made the update (0, 1, ...): which update it was."""
+COMMITTED_AT_ANNOTATION = "sim.informer-bus.io/committed-at"
+"""When a stamped churn update was committed: ``CLOCK_MONOTONIC`` in nanoseconds, read under
+the store lock before the revision exists, so no watcher can receive the update before this
+instant. CLOCK_MONOTONIC is one clock for every process of a Linux host: a handler on the same
+machine subtracts it from its own reading to get a latency that cannot be negative."""
 _TIERS = ("frontend", "backend", "cache", "batch")
 _PHASES = ("Running", "Pending", "Succeeded", "Failed")
 
 
-def _touch(metadata: dict[str, Any], step: int, tier: str | None) -> None:
+def _touch(metadata: dict[str, Any], step: int, tier: str | None, stamp: bool) -> None:
     """The metadata part of a churn update: a step annotation, sometimes a new ``tier``
-    label, and the first managedFields entry re-stamped (its writer "applied" again)."""
+    label, and the first managedFields entry re-stamped (its writer "applied" again).
+
+    ``stamp``: also the commit time (:data:`COMMITTED_AT_ANNOTATION`). The store calls this
+    while it holds its lock and before it builds the new revision, so the reading precedes any
+    watcher's view of the update by construction."""
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         metadata["annotations"] = annotations = {}
     annotations[CHURN_ANNOTATION] = str(step)
+    if stamp:
+        annotations[COMMITTED_AT_ANNOTATION] = str(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
     if tier is not None:
         labels = metadata.get("labels")
         if not isinstance(labels, dict):
@@ -131,6 +150,8 @@ class _Churner:
         seed: int,
         mix: Mapping[str, float] | None,
         namespaces: int,
+        *,
+        stamp: bool,
     ) -> None:
         weights = dict(DEFAULT_MIX if mix is None else mix)
         for name in weights:
@@ -152,12 +173,13 @@ class _Churner:
         self.counts = {"create": 0, "update": 0, "delete": 0}
         self.next_index = 10_000_000 + self.rng.randrange(1_000_000) * 100
         self.step = 0
+        self.stamp = stamp
 
     def _update(self, key: str) -> None:
         """A controller/kubelet-style write: metadata always (see :func:`_touch`), and one
         time in five a new ``status.phase``; the store re-encodes only those members."""
         rng = self.rng
-        step = self.step
+        step, stamp = self.step, self.stamp
         tier = rng.choice(_TIERS) if rng.random() < 0.1 else None
         phase = rng.choice(_PHASES) if rng.random() < 0.2 else None
 
@@ -166,7 +188,7 @@ class _Churner:
                 obj["phase"] = phase
 
         self.state.update_parts(
-            self.resource, key, lambda meta: _touch(meta, step, tier),
+            self.resource, key, lambda meta: _touch(meta, step, tier, stamp),
             status if phase is not None else None,
         )  # fmt: skip
 
@@ -212,13 +234,17 @@ def churn(
     namespaces: int = 10,
     max_events: int | None = None,
     stop: threading.Event | None = None,
+    stamp: bool = False,
 ) -> ChurnStats:
     """Create/update/delete at ``rate`` events/s for ``seconds`` (``rate`` 0: flat out).
 
     ``mix`` weights the operations (default 20/60/20); ``max_events`` stops early after that
-    many operations. Runs in the calling thread; the simulator wraps it in a thread.
+    many operations. ``stamp`` writes each update's commit time into it
+    (:data:`COMMITTED_AT_ANNOTATION`), for latency benches; it is off by default because it
+    is the one thing in a churned object that the seed does not determine. Runs in the calling
+    thread; the simulator wraps it in a thread.
     """
-    churner = _Churner(state, resource, seed, mix, namespaces)
+    churner = _Churner(state, resource, seed, mix, namespaces, stamp=stamp)
     stop = stop or threading.Event()
     limit = math.inf if max_events is None else max_events
     start = time.monotonic()

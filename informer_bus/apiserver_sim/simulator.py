@@ -299,11 +299,13 @@ class Simulator:
         mix: Mapping[str, float] | None = None,
         resource: str | ResourceType = PODS,
         max_events: int | None = None,
+        stamp: bool = False,
     ) -> ChurnStats:
-        """Create/update/delete at ``rate`` events/s for ``seconds`` in this thread."""
+        """Create/update/delete at ``rate`` events/s for ``seconds`` in this thread
+        (``stamp``: with commit times, see ``load.COMMITTED_AT_ANNOTATION``)."""
         return churn(
             self.state, find_resource(resource), rate=rate, seconds=seconds, seed=seed, mix=mix,
-            namespaces=self.settings.namespaces, max_events=max_events,
+            namespaces=self.settings.namespaces, max_events=max_events, stamp=stamp,
         )  # fmt: skip
 
     def start_churn(
@@ -315,6 +317,7 @@ class Simulator:
         mix: Mapping[str, float] | None = None,
         resource: str | ResourceType = PODS,
         max_events: int | None = None,
+        stamp: bool = False,
     ) -> ChurnHandle:
         """Like :meth:`churn` in a background thread (stopped by :meth:`stop`)."""
         res = find_resource(resource)
@@ -327,6 +330,7 @@ class Simulator:
                 handle.stats = churn(
                     self.state, res, rate=rate, seconds=seconds, seed=seed, mix=mix,
                     namespaces=self.settings.namespaces, max_events=max_events, stop=stop,
+                    stamp=stamp,
                 )  # fmt: skip
             except BaseException as exc:  # reported through the handle, never lost
                 handle.error = exc
@@ -426,6 +430,7 @@ class Simulator:
                 "seed": int(args.get("seed", 0)), "mix": args.get("mix"),
                 "resource": args.get("resource", "pods"),
                 "max_events": int(args["maxEvents"]) if args.get("maxEvents") else None,
+                "stamp": bool(args.get("stamp", False)),
             }  # fmt: skip
             if args.get("wait"):
                 return 200, self.churn(**kwargs).as_dict()

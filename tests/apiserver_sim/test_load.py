@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 import urllib3
 from kubernetes import client
 from kubernetes.informer import SharedInformer
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.apiserver_sim import Simulator, SimulatorProcess, SimulatorSettings
+from informer_bus.apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
+from informer_bus.apiserver_sim.resources import PODS
 
 
 def _run(seed: int) -> tuple[dict[str, str], bytes]:
@@ -89,3 +92,58 @@ def test_shared_informer_syncs_and_follows_churn(sim: Simulator, v1: client.Core
             time.sleep(0.05)
     finally:
         informer.stop()
+
+
+def _monotonic_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def test_a_stamped_churn_update_is_committed_before_any_watcher_receives_it() -> None:
+    """The stamp is CLOCK_MONOTONIC in the simulator's own process, taken at commit: between
+    this process's reading before the churn and the moment the watch line reached it."""
+    updates = 60
+    with SimulatorProcess(SimulatorSettings()) as sim:
+        sim.populate("pods", 20, seed=1)
+        rv = sim.stats()["resourceVersion"]
+        pool = urllib3.PoolManager()
+        resp = pool.request(
+            "GET", f"{sim.url}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=60",
+            preload_content=False, timeout=urllib3.Timeout(connect=10, read=30),
+        )  # fmt: skip
+        received: list[tuple[dict[str, Any], int]] = []
+        try:
+            before = _monotonic_ns()
+            # Paced, and not waited for: the lines are read as the simulator commits them.
+            sim.churn(rate=300, seconds=30, seed=2, wait=False, mix={"update": 1.0},
+                      maxEvents=updates, stamp=True)  # fmt: skip
+            buffer = b""
+            for chunk in resp.stream(65536):
+                arrived = _monotonic_ns()
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                received += [(orjson.loads(line), arrived) for line in lines if line]
+                if len(received) >= updates:
+                    break
+        finally:
+            resp.release_conn()
+            resp.close()
+            pool.clear()
+    assert [event["type"] for event, _ in received] == ["MODIFIED"] * updates
+    stamps = []
+    for event, arrived in received:
+        annotations = event["object"]["metadata"]["annotations"]
+        stamp = int(annotations[COMMITTED_AT_ANNOTATION])
+        assert before <= stamp <= arrived, (before, stamp, arrived)
+        stamps.append(stamp)
+    assert stamps == sorted(stamps), "commit order is watch order"
+    steps = [int(event["object"]["metadata"]["annotations"][CHURN_ANNOTATION])
+             for event, _ in received]  # fmt: skip
+    assert steps == list(range(updates)), "the step annotation is kept beside the stamp"
+
+
+def test_churn_writes_no_commit_stamp_unless_asked(sim: Simulator) -> None:
+    sim.populate("pods", 5, seed=1)
+    sim.churn(rate=0, seconds=5, seed=2, mix={"update": 1.0}, max_events=20)
+    pods = [sim.state.get(PODS, key).decode() for key in sim.ground_truth()]
+    annotations = [pod["metadata"].get("annotations") or {} for pod in pods]
+    assert any(CHURN_ANNOTATION in a for a in annotations)
+    assert not any(COMMITTED_AT_ANNOTATION in a for a in annotations)

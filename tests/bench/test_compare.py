@@ -52,6 +52,7 @@ def test_every_contender_has_a_sane_row_per_workload(
         assert (row["ratio"] is None) == ours
         if row["workload"] == "steady":
             assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+            assert row["rate_churned"] > 0, "the simulator's own account of the churn"
         if row["target"] is not None:
             assert row["met"] is not None
     for contender in CONTENDERS:
