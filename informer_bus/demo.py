@@ -349,15 +349,23 @@ class Child:
             if found is not None:
                 return found
             status = self.exit_status()
+            if status == 2 and (mistake := self._usage_error()) is not None:
+                self.reported = True  # a mistake it explained itself, in one line: pass it on
+                raise DemoError(f"{self.name} refused to start ({mistake}; its log: "
+                                f"{self.log_path})", 2)  # fmt: skip
             if status is not None:
-                raise DemoError("\n".join(self.death("died while starting")),
-                                2 if status == 2 else 1)  # fmt: skip
+                raise DemoError("\n".join(self.death("died while starting")))
             if stop.requested.is_set():
                 raise _StopRequestedError
             if time.monotonic() > deadline:
                 raise DemoError(f"{self.name} did not start within {timeout:.0f} s "
                                 f"(see {self.log_path})")  # fmt: skip
             time.sleep(0.05)
+
+    def _usage_error(self) -> str | None:
+        """The one ``<program>: error: ...`` line a command prints before exiting 2."""
+        tail = self.last_lines(1)
+        return tail[0] if tail and ": error: " in tail[0] else None
 
     def terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -677,10 +685,7 @@ class Demo:
             except DemoError as exc:
                 if exc.status == 2:
                     self._shutdown()
-                    mistake, *detail = str(exc).splitlines()
-                    if detail:
-                        self.say("\n".join(detail))
-                    return fail(PROGRAM, mistake)
+                    return fail(PROGRAM, str(exc))
                 status = exc.status
                 self.say(str(exc))
             except BaseException:  # a bug: still leave nothing running

@@ -105,7 +105,13 @@ def test_unreachable_redis_url_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_flag_mistakes_are_one_line_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-kubeconfig"
+    broken.write_text("clusters: [\n")
     for args, expected in [
+        (
+            ["--kubeconfig", str(broken)],
+            f"reflector refused to start (informer-bus reflector: error: kubeconfig {broken}",
+        ),
         (["--processors", "0"], "--processors must be within 1..64"),
         (["--resource", "configmaps"], "--resource and --context need --kubeconfig"),
         (["--kubeconfig", str(tmp_path / "nope")], "no kubeconfig file at"),
