@@ -12,13 +12,15 @@ each processor's ``/readyz`` (whether its caches finished their initial list, wh
 processor knows) and event rates from two consecutive reads. On a terminal it is redrawn in
 place with plain ANSI codes; otherwise (CI, a pipe) it is one line per second.
 
-A dead processor is what the demo exists to show, so it does not end the demo: the demo says
-once which processor died, how and where its log is, shows its shards waiting for their leases
-to expire and being taken over by the survivors, then restarts it (after a short backoff) and
-shows the shards being rebalanced back. A processor that dies again and again before its caches
-sync is not restarted forever: after :data:`MAX_FAILED_STARTS` such deaths in a row the demo
-says so and goes on with the others (or stops, exit 1, when none is left). The death of Redis,
-the simulator or the reflector ends the demo: nothing could be shown without them.
+A dead processor is what the demo exists to show, so once the pipeline is up it does not end
+the demo (at startup a child that cannot start ends it, with that child's own error). The demo
+says once which processor died, how and where its log is, shows its shards waiting for their
+leases to expire and being taken over by the survivors, then restarts it (after a short
+backoff) and shows the shards being rebalanced back. A processor that dies again and again
+before its caches sync is not restarted forever: after :data:`MAX_FAILED_STARTS` such deaths
+in a row the demo says so and goes on with the others (or stops, exit 1, when none is left).
+The death of Redis, the simulator or the reflector ends the demo: nothing could be shown
+without them.
 
 Why every child runs in a process group of its own: a Ctrl-C in the terminal would otherwise
 reach all of them at once, and Redis would vanish under processors that are still
@@ -41,7 +43,7 @@ Exit status: 0 after ``--duration`` or on Ctrl-C / SIGTERM / SIGHUP once every c
 cleanly (processors that died and were restarted do not count against it); 1 when Redis, the
 simulator or the reflector died, a processor was given up, or a child failed to stop or had to
 be killed; 2 for a mistake (bad flag, no ``redis-server`` binary, unreachable Redis,
-unreadable kubeconfig).
+unreadable kubeconfig, a child refusing its settings).
 """
 
 from __future__ import annotations
