@@ -8,10 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from pathlib import Path
 
 import pytest
 
-from informer_bus.child_process import TIES_CHILDREN
+from informer_bus.child_process import TIES_CHILDREN, parent_death_preexec, start_tied
 from tests.demo.support import alive, wait_until_gone
 
 pytestmark = pytest.mark.skipif(not TIES_CHILDREN, reason="parent-death signals are Linux's")
@@ -68,3 +70,29 @@ def test_an_untied_child_outlives_its_parent() -> None:
             os.kill(child, signal.SIGKILL)
         assert parent.stdout is not None
         parent.stdout.close()
+
+
+def test_a_child_whose_parent_died_before_the_tie_exits_instead_of_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the ``getppid`` check closes: a parent gone between fork and ``prctl`` is
+    simulated by a tie built for another parent pid. The child must exit before ``exec``."""
+    marker = tmp_path / "ran"
+    real_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid + 1_000_000)
+    tie = parent_death_preexec()
+    monkeypatch.undo()
+    child = subprocess.Popen(["touch", str(marker)], preexec_fn=tie)  # noqa: PLW1509
+    assert child.wait(10) == 128 + signal.SIGKILL
+    assert not marker.exists()
+
+
+def test_the_tie_is_to_the_starting_thread(tmp_path: Path) -> None:
+    """The documented caveat, checked: a child started by a thread that then ends is killed,
+    which is why the demo starts every child from its main thread."""
+    started: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(target=lambda: started.append(start_tied(["sleep", "300"])))
+    thread.start()
+    thread.join()
+    child = started[0]
+    assert child.wait(10) == -signal.SIGKILL
