@@ -953,7 +953,7 @@ class Demo:
             child.failed_starts = 0
             if child.restarts:
                 view.message(f"{PROGRAM}: {child.name} is back (pid {child.pid}): its caches "
-                             "are synced; shards are rebalanced to it")  # fmt: skip
+                             "are synced; shards move back to it")  # fmt: skip
                 child.back_pending = True
         if child.back_pending and child.shards:
             child.back_pending = False
@@ -973,12 +973,15 @@ class Demo:
             child.failed_starts += 1
         line = (f"{child.name} (pid {child.pid}) died: {describe_exit(status)}; its log: "
                 f"{child.log_path}")  # fmt: skip
-        if child.orphaned:
+        survivors = any(p is not child and p.running for p in self.processors)
+        if child.orphaned and survivors:
             expected = max(self.settings.lease_duration, _MEMBER_TTL)
             line += (
                 f"; its shards {_ranges(child.orphaned)} move to the other processors once "
                 f"its leases and membership expire (about {expected:.0f} s)"
             )
+        elif child.orphaned:
+            line += f"; its shards {_ranges(child.orphaned)} wait for it (no other processor)"
         view.message(f"{PROGRAM}: {line}")
         if child.failed_starts >= MAX_FAILED_STARTS:
             child.given_up = True
