@@ -15,6 +15,8 @@ from pathlib import Path
 
 import redis
 
+from informer_bus.child_process import start_tied
+
 __all__ = ["INSTALL_HINT", "RedisServer", "RedisServerMissingError", "free_port"]
 
 INSTALL_HINT = (
@@ -41,13 +43,22 @@ class RedisServer:
     It runs in a process group of its own, so a Ctrl-C in the terminal reaches only its parent,
     which can then stop the clients first and Redis last (instead of Redis vanishing under
     clients that are still shutting down).
+
+    ``die_with_parent``: the server gets SIGKILL when the thread calling :meth:`start` exits
+    (:mod:`informer_bus.child_process`), so even a SIGKILLed parent leaves no Redis behind.
+    Off by default: a caller must start it from a thread that outlives the server.
     """
 
-    def __init__(self, workdir: Path, *extra_args: str) -> None:
+    def __init__(self, workdir: Path, *extra_args: str, die_with_parent: bool = False) -> None:
         self.workdir = workdir
         self.extra_args = extra_args
+        self.die_with_parent = die_with_parent
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "redis.log"
 
     @property
     def url(self) -> str:
@@ -73,9 +84,12 @@ class RedisServer:
         command = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-            "--logfile", str(self.workdir / "redis.log"), *self.extra_args,
+            "--logfile", str(self.log_path), *self.extra_args,
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, process_group=0)
+        if self.die_with_parent:
+            self.process = start_tied(command, stdout=subprocess.DEVNULL, process_group=0)
+        else:
+            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, process_group=0)
         client = self.probe_client()
         deadline = time.monotonic() + timeout
         try:
@@ -85,7 +99,7 @@ class RedisServer:
                     return
                 except redis.ConnectionError:
                     if self.process.poll() is not None or time.monotonic() > deadline:
-                        path = self.workdir / "redis.log"
+                        path = self.log_path
                         log = path.read_text(errors="replace") if path.exists() else ""
                         self.stop()
                         raise RuntimeError(f"redis-server did not start:\n{log}") from None

@@ -4,36 +4,18 @@ Ctrl-C) and leaves no process and, on a Redis it did not start, no key behind.""
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import redis
 
 from informer_bus.local_redis import free_port
+from tests.demo.support import DEMO, PROGRAM, alive, pids
 from tests.support.bus import wait_until
 from tests.support.cli import ROOT, one_line_error, run_command
 from tests.support.redis_server import RedisServer
-
-DEMO = [str(Path(sys.executable).with_name("informer-bus")), "demo"]
-PROGRAM = "informer-bus demo"
-
-
-def pids(output: str) -> dict[str, int]:
-    """The ``pids: name=pid ...`` line the demo prints once everything started."""
-    match = re.search(r"^pids: (.*?) \(", output, re.MULTILINE)
-    assert match, output
-    return {name: int(pid) for name, pid in (pair.split("=") for pair in match.group(1).split())}
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` still exists as a process that is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_headless_demo_reaches_synced_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -84,6 +66,14 @@ def test_ctrl_c_stops_the_demo_cleanly_and_removes_its_keys(
             prefix = re.search(r"keys under prefix (ib-demo-[0-9a-f]+)", output.read_text())
             assert prefix, output.read_text()
             assert redis_client.exists(f"{prefix.group(1)}:{{pods}}:leader")
+            hint = re.search(r"^inspect it from another terminal: (.*)$", output.read_text(), re.M)
+            assert hint, output.read_text()
+            status = subprocess.run(
+                shlex.split(hint.group(1)), capture_output=True, text=True, timeout=30,
+                env={"PATH": "/usr/bin:/bin"}, check=False,
+            )  # fmt: skip
+            assert status.returncode == 0, status.stderr
+            assert "resource pods" in status.stdout, "the printed command runs off the PATH"
             process.send_signal(signal.SIGINT)
             assert process.wait(40) == 0, output.read_text()
         finally:
@@ -115,7 +105,13 @@ def test_unreachable_redis_url_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_flag_mistakes_are_one_line_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-kubeconfig"
+    broken.write_text("clusters: [\n")
     for args, expected in [
+        (
+            ["--kubeconfig", str(broken)],
+            f"reflector refused to start (informer-bus reflector: error: kubeconfig {broken}",
+        ),
         (["--processors", "0"], "--processors must be within 1..64"),
         (["--resource", "configmaps"], "--resource and --context need --kubeconfig"),
         (["--kubeconfig", str(tmp_path / "nope")], "no kubeconfig file at"),
@@ -131,5 +127,6 @@ def test_help_explains_the_flags_and_exit_status() -> None:
     text = " ".join(result.stdout.split())
     for expected in ("--pods", "--churn", "--processors", "--duration", "--kubeconfig",
                      "--resource", "--redis-url", "REDIS_URL", "INFORMER_BUS_DEMO_PODS",
+                     "--lease-duration", "SIGHUP", "kill -9",
                      "Exit status: 0 after a clean stop"):  # fmt: skip
         assert expected in text

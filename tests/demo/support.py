@@ -1,0 +1,111 @@
+"""Running the demo as a real child process and finding what it left running."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tests.support.cli import ROOT
+
+DEMO = [str(Path(sys.executable).with_name("informer-bus")), "demo"]
+PROGRAM = "informer-bus demo"
+MARKER_ENV = "DEMO_TEST_MARKER"
+"""Every process a demo started inherits this variable: /proc finds them all."""
+
+
+def pids(output: str) -> dict[str, int]:
+    """The ``pids: name=pid ...`` line the demo prints once everything started."""
+    match = re.search(r"^pids: (.*?) \(", output, re.MULTILINE)
+    assert match, output
+    return {name: int(pid) for name, pid in (pair.split("=") for pair in match.group(1).split())}
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still exists as a process that is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until_gone(pids: Iterable[int], timeout: float) -> None:
+    """Every process of ``pids`` exits (or is a zombie) within ``timeout`` seconds."""
+    wanted = list(pids)
+    deadline = time.monotonic() + timeout
+    while (left := [pid for pid in wanted if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes outlived their parent: {left}"
+
+
+def survivors(marker: str) -> list[str]:
+    """Command lines of the live processes with ``marker`` in their environment.
+
+    Not redis-server: it writes its process title over the memory ``/proc/<pid>/environ``
+    shows, so the tests also follow the pids the demo prints (redis-server among them)."""
+    found = []
+    needle = f"{MARKER_ENV}={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile, a zombie, or not ours to read
+            continue
+    return found
+
+
+def assert_nothing_left(marker: str, timeout: float = 15.0) -> None:
+    """No process carrying ``marker`` survives ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := survivors(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes outlived the demo: {left}"
+
+
+def demo_env(marker: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tests' environment without INFORMER_BUS_*/IB_* settings, plus ``marker``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("INFORMER_BUS_", "IB_"))}
+    return {**clean, "REDIS_URL": "", MARKER_ENV: marker, **(extra or {})}
+
+
+def reset_signals() -> None:
+    """A ``preexec_fn``: SIGHUP and SIGINT as a terminal would deliver them, even when the
+    tests run under ``nohup`` or as a background job (which the demo would respect)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_demo(out: Path, marker: str, *args: str) -> subprocess.Popen[bytes]:
+    """The demo as a child, its output (stdout and stderr) in ``out``."""
+    with out.open("wb") as sink:
+        return subprocess.Popen(
+            [*DEMO, *args], stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=demo_env(marker), preexec_fn=reset_signals,  # noqa: PLW1509
+        )  # fmt: skip
+
+
+def wait_for_output(out: Path, process: subprocess.Popen[bytes], text: str, timeout: float) -> str:
+    """The demo's output once it contains ``text`` (fails early if the demo exits)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        output = out.read_text(errors="replace")
+        if text in output:
+            return output
+        assert process.poll() is None, f"the demo exited ({process.returncode}):\n{output}"
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{output}"
+        time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Whatever a test did, the demo does not outlive it."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
