@@ -329,6 +329,7 @@ class Reflector:
     # --- ListAndWatch ---------------------------------------------------------------------
 
     def _list_and_watch(self) -> None:
+        reason = "resume"
         if self._needs_list and self._watch_list_supported:
             try:
                 self._watch_list()
@@ -337,9 +338,10 @@ class Reflector:
                 self._watch_list_supported = False
             except MalformedWatchEventError as bad:
                 self._after_bad_line(bad)  # after the initial events: the stream was the watch
+                reason = "bad_line"
         if self._needs_list:
             self._relist()
-        self._watch()
+        self._watch(reason)
 
     def _relist(self) -> None:
         """Paginated LIST, diffed against the known state, then the synced markers (1.4-1.7)."""
@@ -555,10 +557,9 @@ class Reflector:
             stream.close()
         return stream
 
-    def _watch(self) -> None:
+    def _watch(self, reason: str = "resume") -> None:
         """Watch from ``last_rv``, re-watching after every normal close (1.8-1.10) and after
-        every bad line."""
-        reason = "resume"
+        every bad line; ``reason`` labels the first watch's ``watch_restarts`` count."""
         while not self._stop.is_set():
             started = self._monotonic()
             try:
