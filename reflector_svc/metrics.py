@@ -40,7 +40,7 @@ class ReflectorMetrics:
         )  # fmt: skip
         self.bad_input = Counter(
             "informer_bus_reflector_bad_input",
-            "unusable objects (no name, transform failed, oversized, wrong kind), skipped",
+            "unusable objects (no name, failed transform, oversized, wrong kind, ...), skipped",
             ["resource", "reason"], registry=registry,
         )  # fmt: skip
         self.bad_watch_lines = Counter(
