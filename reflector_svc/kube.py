@@ -11,6 +11,13 @@ resource version" (relist with RV ""), a 422 to a watch-list request (fall back 
 (back off) and a refused connection (back off, re-watch). Each is classified here, once, from
 the ``Status`` body and the HTTP status, so the loop never parses messages.
 
+Why a bad watch line ends the watch: a line that is not a usable event (not JSON, not an
+object, no object, an unknown type, over the size limit) may have been a change. Skipping it
+would let the next event's resourceVersion claim it was seen; ending the stream right after
+the events before it (:class:`MalformedWatchEventError`, as client-go's decoder ends a watch
+with an error) lets the reflector re-watch from the last event it processed, so the server
+sends that position again and nothing is lost.
+
 Why no automatic retries: urllib3 (and the client's retry options) would retry 429s with
 Retry-After and refused connections silently; the reflector must see them to back off with
 jitter and to count them. Every request here passes ``retries=False``.
@@ -25,7 +32,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
@@ -53,8 +60,9 @@ __all__ = [
     "KubeError",
     "KubeSource",
     "ListPage",
-    "MalformedHandler",
     "MalformedResponseError",
+    "MalformedWatchEventError",
+    "OverlongLine",
     "ResourceExpiredError",
     "SourceConfigError",
     "TooLargeResourceVersionError",
@@ -93,9 +101,6 @@ _ERROR_BODY_LIMIT = 1 << 20
 _PREFIX_BYTES = 200
 _EVENT_TYPES = frozenset(("ADDED", "MODIFIED", "DELETED", "BOOKMARK"))
 
-MalformedHandler = Callable[[str, bytes], None]
-"""``on_malformed(reason, line_prefix)``: told about each watch line that was skipped."""
-
 
 # ---------------------------------------------------------------------------------- errors
 
@@ -129,6 +134,26 @@ class WatchInactiveError(ApiUnavailableError):
 class MalformedResponseError(KubeError):
     """A 2xx response whose body is not the JSON the API promises (e.g. a LIST without
     ``metadata.resourceVersion``): the reflector cannot trust it and relists later."""
+
+
+class MalformedWatchEventError(KubeError):
+    """A watch line that is not a usable event. It ends the stream, after the events before
+    it were delivered: resume from the last event processed (a re-watch, not a relist).
+
+    ``reason`` is a short fixed label (``invalid_json``, ``not_an_object``, ``no_object``,
+    ``unknown_type``, ``line_too_long``: safe as a metric label), ``detail`` the parser's
+    words, ``excerpt`` the line's first bytes (at most 200) and ``line_bytes`` its length
+    (``None`` for an over-long line, whose end was never held).
+    """
+
+    def __init__(self, reason: str, detail: str, line: bytes, *, whole: bool = True) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.excerpt = bytes(line[:_PREFIX_BYTES])
+        self.line_bytes: int | None = len(line) if whole else None
+        cut = "" if whole and len(line) <= _PREFIX_BYTES else "..."
+        size = f"{self.line_bytes} bytes" if self.line_bytes is not None else "over the limit"
+        super().__init__(f"{detail}: {self.excerpt!r}{cut} ({size})")
 
 
 class ApiStatusError(KubeError):
@@ -513,15 +538,22 @@ class WatchEvent(NamedTuple):
 # ---------------------------------------------------------------------------------- WATCH
 
 
+class OverlongLine(bytes):
+    """Stands, in a framer's output, for a line longer than the limit: only its first bytes
+    (at most 200) are kept, so that it is reported where it was, in order with the others."""
+
+    __slots__ = ()
+
+
 class _LineFramer:
     """Splits a byte stream into lines without ever holding more than ``max_line`` bytes of an
-    unfinished line: an over-long line is reported once, then skipped up to its newline."""
+    unfinished line: an over-long line comes out once, in its place, as an
+    :class:`OverlongLine`, and the rest of it is skipped up to its newline."""
 
-    __slots__ = ("_max", "_parts", "_report", "_size", "_skipping")
+    __slots__ = ("_max", "_parts", "_size", "_skipping")
 
-    def __init__(self, max_line: int, report: MalformedHandler) -> None:
+    def __init__(self, max_line: int) -> None:
         self._max = max_line
-        self._report = report
         self._parts: list[bytes] = []
         self._size = 0
         self._skipping = False
@@ -545,31 +577,23 @@ class _LineFramer:
                 self._parts = []
                 self._size = 0
             if len(data) > self._max or len(pieces[0]) > self._max:
-                kept = []
-                for line in pieces:
-                    if len(line) > self._max:
-                        self._overlong(line)
-                    else:
-                        kept.append(line)
-                pieces = kept
-        if tail:
-            self._hold(tail)
+                limit = self._max
+                pieces = [
+                    OverlongLine(line[:_PREFIX_BYTES]) if len(line) > limit else line
+                    for line in pieces
+                ]
+        if tail and not self._skipping:
+            if self._size + len(tail) > self._max:
+                # Too long before its end arrived: it comes out now, after the lines before it.
+                start = self._parts[0] if self._parts else tail
+                pieces.append(OverlongLine(start[:_PREFIX_BYTES]))
+                self._parts = []
+                self._size = 0
+                self._skipping = True
+            else:
+                self._parts.append(tail)
+                self._size += len(tail)
         return pieces
-
-    def _hold(self, tail: bytes) -> None:
-        if self._skipping:
-            return
-        if self._size + len(tail) > self._max:
-            self._overlong(self._parts[0] if self._parts else tail)
-            self._parts = []
-            self._size = 0
-            self._skipping = True
-            return
-        self._parts.append(tail)
-        self._size += len(tail)
-
-    def _overlong(self, start: bytes) -> None:
-        self._report(f"line longer than {self._max} bytes", start[:_PREFIX_BYTES])
 
 
 class WatchStream(Iterator[WatchEvent]):
@@ -581,10 +605,12 @@ class WatchStream(Iterator[WatchEvent]):
     must stop the watch can hold the stream before anything blocks. Iteration ends when the
     server closes the stream (``timeoutSeconds`` reached, watch dropped) or :meth:`close` is
     called; it raises the typed error of an ERROR event (410 ->
-    :class:`ResourceExpiredError`) and :class:`WatchInactiveError` when nothing at all arrived
-    for ``inactivity_timeout`` seconds. ``end_reason`` says why it ended: ``"server"`` (clean
-    end of the HTTP response), ``"closed"`` (:meth:`close`), ``"broken"`` (connection lost
-    mid-stream, which client-go also treats as an ordinary end: re-watch from the last RV).
+    :class:`ResourceExpiredError`), :class:`MalformedWatchEventError` at the first line that is
+    not a usable event (after the events before it), and :class:`WatchInactiveError` when
+    nothing at all arrived for ``inactivity_timeout`` seconds. ``end_reason`` says why it
+    ended: ``"server"`` (clean end of the HTTP response), ``"closed"`` (:meth:`close`),
+    ``"broken"`` (connection lost mid-stream, which client-go also treats as an ordinary end:
+    re-watch from the last RV).
     """
 
     def __init__(
@@ -598,7 +624,6 @@ class WatchStream(Iterator[WatchEvent]):
         watch_list: bool,
         max_line_bytes: int,
         read_size: int,
-        on_malformed: MalformedHandler,
     ) -> None:
         self._api_client = api_client
         self.path = path
@@ -608,7 +633,6 @@ class WatchStream(Iterator[WatchEvent]):
         self._watch_list = watch_list
         self._max_line = max_line_bytes
         self._read_size = read_size
-        self._on_malformed = on_malformed
         self._lock = threading.Lock()
         self._resp: urllib3.BaseHTTPResponse | None = None
         self._opened = False
@@ -619,7 +643,6 @@ class WatchStream(Iterator[WatchEvent]):
         self._iter: Iterator[WatchEvent] = self._events()
         self.end_reason: str | None = None
         self.bytes_read = 0
-        self.malformed = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -727,7 +750,7 @@ class WatchStream(Iterator[WatchEvent]):
             self.end_reason = "closed"
             return
         clean = False
-        framer = _LineFramer(self._max_line, self._report)
+        framer = _LineFramer(self._max_line)
         try:
             while True:
                 data = self._read(resp)
@@ -747,14 +770,14 @@ class WatchStream(Iterator[WatchEvent]):
                 self._release(resp, clean=clean and not self._closed)
 
     def _parse_lines(self, lines: list[bytes]) -> tuple[list[WatchEvent], KubeError | None]:
-        """Events of complete lines, stopping at an ERROR event (returned, not raised, so the
-        events before it are delivered first)."""
+        """Events of complete lines, stopping at an ERROR event or a bad line (the error is
+        returned, not raised, so the events before it are delivered first)."""
         events: list[WatchEvent] = []
         parse = self._parse
         for line in lines:
             try:
                 event = parse(line)
-            except ApiStatusError as error:
+            except (ApiStatusError, MalformedWatchEventError) as error:
                 return events, error
             if event is not None:
                 events.append(event)
@@ -795,33 +818,32 @@ class WatchStream(Iterator[WatchEvent]):
         return data
 
     def _parse(self, line: bytes) -> WatchEvent | None:
+        """The event of one line; ``None`` for an empty line; raises the typed error of an
+        ERROR event, or :class:`MalformedWatchEventError`."""
         if not line:
             return None
+        if type(line) is OverlongLine:
+            detail = f"line longer than {self._max_line} bytes"
+            raise MalformedWatchEventError("line_too_long", detail, line, whole=False)
         try:
             doc = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self._report(f"invalid JSON: {exc}", line)
-            return None
+            raise MalformedWatchEventError("invalid_json", f"invalid JSON: {exc}", line) from None
         if type(doc) is not dict:
-            self._report("event is not a JSON object", line)
-            return None
+            raise MalformedWatchEventError("not_an_object", "event is not a JSON object", line)
         etype = doc.get("type")
         obj = doc.get("object")
         if type(etype) is str and etype in _EVENT_TYPES:  # a list or dict is unhashable
             if type(obj) is not dict or type(obj.get("metadata")) is not dict:
-                self._report(f"{etype} event without an object with metadata", line)
-                return None
+                detail = f"{etype} event without an object with metadata"
+                raise MalformedWatchEventError("no_object", detail, line)
             return WatchEvent(etype, obj)
         if etype == "ERROR":
             if isinstance(obj, dict):
                 raise error_from_status(500, obj, watch_list_requested=self._watch_list)
             raise ApiStatusError(500, "InternalError", f"watch ERROR event without a Status: {obj}")
-        self._report(f"unknown event type {etype!r}", line)
-        return None
-
-    def _report(self, reason: str, line: bytes) -> None:
-        self.malformed += 1
-        self._on_malformed(reason, line[:_PREFIX_BYTES])
+        detail = f"unknown event type {str(etype)[:40]!r}"
+        raise MalformedWatchEventError("unknown_type", detail, line)
 
 
 def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
@@ -937,7 +959,6 @@ class KubeSource:
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
         inactivity_timeout: float,
-        on_malformed: MalformedHandler | None = None,
     ) -> WatchStream:
         """A WATCH from ``resource_version`` (``None``: the server starts with synthetic ADDED
         events for the current state), ended by the server after ``timeout_seconds``.
@@ -945,8 +966,8 @@ class KubeSource:
         ``send_initial_events`` makes it a watch-list (``sendInitialEvents=true`` with
         ``resourceVersionMatch=NotOlderThan``; bookmarks are then required and forced on).
         ``inactivity_timeout`` is the socket read timeout: no bytes for that long raises
-        :class:`WatchInactiveError`. ``on_malformed(reason, line_prefix)`` hears about skipped
-        lines (default: a warning in the log). Nothing is sent until the stream is opened.
+        :class:`WatchInactiveError`; a line that is not a usable event ends it with
+        :class:`MalformedWatchEventError`. Nothing is sent until the stream is opened.
         """
         if timeout_seconds <= 0:
             raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
@@ -971,13 +992,4 @@ class KubeSource:
             watch_list=send_initial_events,
             max_line_bytes=self.max_line_bytes,
             read_size=self.read_size,
-            on_malformed=on_malformed or self._log_malformed,
-        )
-
-    def _log_malformed(self, reason: str, line_prefix: bytes) -> None:
-        log.warning(
-            "watch %s: skipped a malformed line (%s): %r",
-            self.resolved.resource_id,
-            reason,
-            line_prefix,
         )

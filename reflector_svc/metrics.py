@@ -40,7 +40,13 @@ class ReflectorMetrics:
         )  # fmt: skip
         self.bad_input = Counter(
             "informer_bus_reflector_bad_input",
-            "malformed watch lines and unusable objects, skipped, by reason",
+            "unusable objects (no name, failed transform, oversized, wrong kind, ...), skipped",
+            ["resource", "reason"], registry=registry,
+        )  # fmt: skip
+        self.bad_watch_lines = Counter(
+            "informer_bus_reflector_bad_watch_lines",
+            "watch lines that are not a usable event, by reason; each ends the watch, which "
+            "resumes from the last event published (a relist only if the position keeps failing)",
             ["resource", "reason"], registry=registry,
         )  # fmt: skip
         self.errors = Counter(

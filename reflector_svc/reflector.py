@@ -9,8 +9,12 @@ This is client-go's Reflector (reference section 1) with two changes that matter
   not a storm of fake updates downstream.
 * **A broken watch is resumed, not relisted.** client-go relists after most watch errors; we
   re-watch from the last resourceVersion (checkpointed in Redis), and relist only when the
-  server says that version is gone (410), when a watch closes at once with nothing, or when a
-  malformed event may have hidden a change.
+  server says that version is gone (410) or when a watch closes at once with nothing.
+* **A bad watch line costs a re-watch.** A line that is not a usable event ends the watch right
+  after the events before it (as client-go's decoder does); the reflector counts and logs it,
+  waits a moment and re-watches from the last event it published, so the server sends the
+  rest again and nothing is lost or repeated. Only a position that keeps failing
+  (:data:`BAD_LINE_RELIST_AFTER` times in a row) is relisted, with the relist backoff.
 
 Every publish goes through the shard publisher, which is fenced by this replica's leader epoch
 and idempotent per key, so a crash or a failover at any point neither loses nor repeats a delta.
@@ -36,6 +40,7 @@ from reflector_svc.kube import (
     ApiUnavailableError,
     KubeError,
     ListPage,
+    MalformedWatchEventError,
     ResourceExpiredError,
     TooLargeResourceVersionError,
     TooManyRequestsError,
@@ -49,9 +54,34 @@ from reflector_svc.publisher import FencedError, PendingDelta, PublishResult, Re
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import Transform
 
-__all__ = ["DeltaSink", "ListerWatcher", "Reflector", "WatchStream"]
+__all__ = [
+    "BAD_LINE_RELIST_AFTER",
+    "BAD_LINE_REWATCH_DELAY",
+    "DeltaSink",
+    "ListerWatcher",
+    "Reflector",
+    "WatchStream",
+]
 
 log = logging.getLogger(__name__)
+
+BAD_LINE_RELIST_AFTER = 3
+"""Bad-line failures in a row at one resourceVersion (no event or bookmark got past it) after
+which the reflector relists instead of re-watching.
+
+client-go re-watches after a decoding error only when ``MaxInternalErrorRetryDuration`` is set
+(the apiserver's own watch cache sets 30 s), and otherwise relists at once. We always re-watch,
+and bound it by position rather than by time: a re-watch is cheap (the server replays from its
+watch cache only what came after the RV) while a relist of a big resource is the most
+expensive call there is. Once is bad luck (a line cut or corrupted on the way); twice at the
+same RV can still be bad luck, since the replay crosses the same path; a third time the
+server's copy of that next event is what cannot be read, re-watching will never get past it,
+and only a LIST (the current state, not the history) can. Three costs two short waits.
+"""
+BAD_LINE_REWATCH_DELAY = 0.1
+"""Seconds before re-watching after a bad line, jittered in ``[d, 2d)`` and doubled for each
+failure in a row at the same position: enough not to hammer a server that is sending garbage,
+far below the relist backoff (0.8 s doubling to 30 s), which these never advance."""
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _EVENT_TYPES = {
@@ -90,7 +120,6 @@ class ListerWatcher(Protocol):
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
         inactivity_timeout: float,
-        on_malformed: Callable[[str, bytes], None] | None = None,
     ) -> WatchStream: ...
 
 
@@ -172,7 +201,9 @@ class Reflector:
         self._last_checkpoint_rv: str | None = None
         self._last_checkpoint_at = 0.0
         self._epoch = 0
-        self._malformed_seen = False
+        # Where the last bad watch line stopped us, and how many in a row stopped us there.
+        self._bad_line_rv: str | None = None
+        self._bad_line_failures = 0
         self._stop = threading.Event()
         self._stream_lock = threading.Lock()
         self._stream: WatchStream | None = None
@@ -298,15 +329,19 @@ class Reflector:
     # --- ListAndWatch ---------------------------------------------------------------------
 
     def _list_and_watch(self) -> None:
+        reason = "resume"
         if self._needs_list and self._watch_list_supported:
             try:
                 self._watch_list()
             except WatchListUnsupportedError:
                 log.info("%s: the server has no watch-list (422); using LIST", self.resource)
                 self._watch_list_supported = False
+            except MalformedWatchEventError as bad:
+                self._after_bad_line(bad)  # after the initial events: the stream was the watch
+                reason = "bad_line"
         if self._needs_list:
             self._relist()
-        self._watch()
+        self._watch(reason)
 
     def _relist(self) -> None:
         """Paginated LIST, diffed against the known state, then the synced markers (1.4-1.7)."""
@@ -340,6 +375,8 @@ class Reflector:
         self._sink.finish_relist(self._epoch, list_rv)
         self._needs_list = False
         self._rv_unavailable = False
+        self._bad_line_rv = None
+        self._bad_line_failures = 0
         self._advance(list_rv)
         self._last_checkpoint_rv = list_rv
         self.synced.set()
@@ -466,6 +503,21 @@ class Reflector:
         initial: list[Obj] = []
         with self._open_watch("watch-list", send_initial_events=True) as stream:
             batches = stream.batches()
+            done_rv = self._initial_events(batches, initial)
+            if done_rv is not None:
+                published = self._publish_relist(initial, known, snapshot_rv=done_rv)
+                self._finish_relist(done_rv, published)
+                initial.clear()
+                self._consume(batches)  # a bad line from here on: the caller re-watches
+                return
+        raise _RelistNeeded("the watch-list stream ended before its initial events were complete")
+
+    def _initial_events(
+        self, batches: Iterator[list[WatchEvent]], initial: list[Obj]
+    ) -> str | None:
+        """Collect a watch-list's initial events into ``initial``; returns the RV of its
+        initial-events-end bookmark, ``None`` if the stream ended before it."""
+        try:
             for events in batches:
                 done_rv = None
                 for event in events:
@@ -478,13 +530,14 @@ class Reflector:
                         if prepared is not None:
                             initial.append(prepared)
                 if done_rv is not None:
-                    published = self._publish_relist(initial, known, snapshot_rv=done_rv)
-                    self._finish_relist(done_rv, published)
-                    initial.clear()
-                    self._consume(batches)
-                    self._raise_if_malformed()
-                    return
-        raise _RelistNeeded("the watch-list stream ended before its initial events were complete")
+                    return done_rv
+        except MalformedWatchEventError as bad:
+            # No position to resume from before the list is complete: it starts over.
+            self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
+            log.warning("%s: bad line in the initial events of a watch-list (%s)",
+                        self.resource, bad)  # fmt: skip
+            raise _RelistNeeded("the watch-list's initial events were cut short") from bad
+        return None
 
     def _open_watch(self, reason: str, *, send_initial_events: bool = False) -> WatchStream:
         self._fresh_pipeline().flush()  # resume exactly after what Redis has confirmed
@@ -497,36 +550,52 @@ class Reflector:
             allow_bookmarks=True,
             send_initial_events=send_initial_events,
             inactivity_timeout=self._settings.inactivity_timeout,
-            on_malformed=self._on_malformed,
         )
-        self._malformed_seen = False
         with self._stream_lock:
             self._stream = stream
         if self._stop.is_set():
             stream.close()
         return stream
 
-    def _raise_if_malformed(self) -> None:
-        if self._malformed_seen:
-            raise _RelistNeeded("a malformed watch event may have hidden a change")
-
-    def _watch(self) -> None:
-        """Watch from ``last_rv``, re-watching after every normal close (1.8-1.10)."""
-        reason = "resume"
+    def _watch(self, reason: str = "resume") -> None:
+        """Watch from ``last_rv``, re-watching after every normal close (1.8-1.10) and after
+        every bad line; ``reason`` labels the first watch's ``watch_restarts`` count."""
         while not self._stop.is_set():
             started = self._monotonic()
-            with self._open_watch(reason) as stream:
-                events = self._consume(stream.batches())
+            try:
+                with self._open_watch(reason) as stream:
+                    events = self._consume(stream.batches())
+            except MalformedWatchEventError as bad:
+                self._after_bad_line(bad)
+                reason = "bad_line"
+                continue
             if self._stop.is_set():
                 return
-            self._raise_if_malformed()
             if events == 0 and self._monotonic() - started < 1.0:
                 raise _RelistNeeded("the watch closed at once with no events")
             reason = "closed"
 
-    def _on_malformed(self, reason: str, line_prefix: bytes) -> None:
-        self._malformed_seen = True
-        self._bad_input("malformed_event", f"{reason}: {line_prefix[:200]!r}")
+    def _after_bad_line(self, bad: MalformedWatchEventError) -> None:
+        """Count and log a bad line that ended the watch, then wait briefly before the
+        re-watch from the last event published; raises :class:`_RelistNeeded` when the same
+        position failed :data:`BAD_LINE_RELIST_AFTER` times in a row."""
+        self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
+        self._fresh_pipeline().flush()  # last_rv: the last event before the bad line
+        rv = self.last_rv
+        if rv == self._bad_line_rv:
+            self._bad_line_failures += 1
+        else:
+            self._bad_line_rv = rv
+            self._bad_line_failures = 1
+        failures = self._bad_line_failures
+        if failures >= BAD_LINE_RELIST_AFTER:
+            log.warning("%s: bad watch line after rv %s (%s), %d in a row there; relisting",
+                        self.resource, rv, bad, failures)  # fmt: skip
+            raise _RelistNeeded(f"re-watching from rv {rv} failed {failures} times in a row")
+        delay = BAD_LINE_REWATCH_DELAY * 2 ** (failures - 1) * (1 + self._rng.random())
+        log.warning("%s: bad watch line after rv %s (%s); re-watching from rv %s in %.2f s",
+                    self.resource, rv, bad, rv, delay)  # fmt: skip
+        self._stop.wait(delay)
 
     def _consume(self, batches: Iterable[list[WatchEvent]]) -> int:
         """Publish the events of each arriving batch; returns how many events were seen."""
@@ -543,13 +612,6 @@ class Reflector:
                 if delta is not None:
                     pending.append(delta)
                     bookmark_rv = None
-            if self._malformed_seen:
-                # Publish what is intact, then relist: the bad line may have been a change, so
-                # the checkpoint must not claim that everything up to here is on the streams.
-                if pending:
-                    rv = pending[-1].resource_version
-                    self._publish(pending, checkpoint_rv=None, progress_rv=rv)
-                return seen
             if pending:
                 rv = pending[-1].resource_version
                 self._publish(pending, checkpoint_rv=rv, progress_rv=rv)

@@ -10,14 +10,32 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from informer_bus.apiserver_sim.status import ApiError, internal_error, too_many_requests
 
-__all__ = ["MALFORMED_LINE", "FaultSnapshot", "FaultState"]
+__all__ = ["BAD_LINES", "MALFORMED_LINE", "FaultSnapshot", "FaultState"]
 
-MALFORMED_LINE = b'{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":\n'
-"""A truncated event: what a proxy that cuts a line in half would deliver."""
+BAD_LINES: Mapping[str, bytes] = {
+    # what a proxy that cuts a line in half would deliver
+    "truncated": b'{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":\n',
+    # bytes that are not JSON at all (nor UTF-8): a corrupted or foreign stream
+    "garbage": b"\x8f\x00<html>502 Bad Gateway</html>\xff\n",
+    # valid JSON, but not an event object
+    "not_an_object": b'["MODIFIED",{"kind":"Pod","metadata":{"name":"x"}}]\n',
+    # an event without its object
+    "no_object": b'{"type":"MODIFIED"}\n',
+    # an event whose object is not an object
+    "object_not_an_object": b'{"type":"MODIFIED","object":"pod x"}\n',
+    # a type no Kubernetes version sends
+    "unknown_type": b'{"type":"EXPLODED","object":{"kind":"Pod","metadata":{"name":"x"}}}\n',
+}
+"""The corrupt watch lines :meth:`FaultState.inject_malformed_lines` can write, by kind."""
+
+MALFORMED_LINE = BAD_LINES["truncated"]
+"""The default kind: a truncated event."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,7 @@ class FaultState:
         self._slow_seconds = 0.0
         self._slowed = 0
         self._stall_until = 0.0
-        self._malformed = 0
+        self._malformed: deque[tuple[bytes, bool]] = deque()
 
     def fail_next(self, count: int, status: int = 500, retry_after: int = 1) -> None:
         """The next ``count`` API requests answer ``status`` (429 or 500)."""
@@ -94,24 +112,45 @@ class FaultState:
         with self._lock:
             return max(0.0, self._stall_until - time.monotonic())
 
-    def inject_malformed_lines(self, count: int) -> None:
-        """The next ``count`` watch writes each start with one corrupt JSON line."""
-        with self._lock:
-            self._malformed += count
+    def inject_malformed_lines(
+        self, count: int, kind: str = "truncated", *, after_first_line: bool = False
+    ) -> None:
+        """The next ``count`` watch writes each carry one corrupt line of ``kind``
+        (:data:`BAD_LINES`).
 
-    def take_malformed(self) -> bool:
+        By default it opens the write, so a client that re-watches from the event before it
+        meets the next armed line at the same position again. ``after_first_line`` puts it
+        after the write's first line instead: the client gets past one line before each.
+        """
+        if kind not in BAD_LINES:
+            raise ValueError(f"kind must be one of {', '.join(BAD_LINES)}, got {kind!r}")
+        if count < 0:
+            raise ValueError("count must be >= 0")
         with self._lock:
-            if self._malformed <= 0:
-                return False
-            self._malformed -= 1
-            return True
+            self._malformed.extend([(BAD_LINES[kind], after_first_line)] * count)
+
+    def malformed_armed(self) -> bool:
+        with self._lock:
+            return bool(self._malformed)
+
+    def corrupt_write(self, parts: list[bytes]) -> None:
+        """Put the next armed corrupt line into one watch write (``parts``: the fragments of
+        its whole lines, each line's last fragment ending in a newline)."""
+        with self._lock:
+            if not self._malformed:
+                return
+            line, after_first_line = self._malformed.popleft()
+        at = 0
+        if after_first_line:
+            at = next((i + 1 for i, part in enumerate(parts) if part.endswith(b"\n")), len(parts))
+        parts.insert(at, line)
 
     def reset(self) -> None:
         with self._lock:
             self._fail_remaining = 0
             self._slow_seconds = 0.0
             self._stall_until = 0.0
-            self._malformed = 0
+            self._malformed.clear()
 
     def snapshot(self) -> FaultSnapshot:
         with self._lock:
@@ -121,5 +160,5 @@ class FaultState:
                 self._slow_seconds,
                 self._slowed,
                 max(0.0, self._stall_until - time.monotonic()),
-                self._malformed,
+                len(self._malformed),
             )

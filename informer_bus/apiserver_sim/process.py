@@ -188,8 +188,10 @@ class SimulatorProcess:
     def slow_responses(self, seconds: float) -> Any:
         return self.control("slow", seconds=seconds)
 
-    def inject_malformed_lines(self, count: int = 1) -> Any:
-        return self.control("malformed", count=count)
+    def inject_malformed_lines(
+        self, count: int = 1, kind: str = "truncated", *, after_first_line: bool = False
+    ) -> Any:
+        return self.control("malformed", count=count, kind=kind, afterFirstLine=after_first_line)
 
     def populate(self, resource: str = "pods", count: int = 100, seed: int = 0) -> Any:
         return self.control("populate", resource=resource, count=count, seed=seed)

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from informer_bus.apiserver_sim import objects
-from informer_bus.apiserver_sim.faults import MALFORMED_LINE, FaultState
+from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.resources import (
     ResourceType,
     api_group_document,
@@ -691,8 +691,11 @@ class HttpFront:
             if self.faults.stall_remaining() > 0:
                 continue
             if parts:
-                if self.faults.take_malformed():
-                    parts.insert(0, MALFORMED_LINE)
+                if self.faults.malformed_armed():
+                    if _peer_closed(h.connection):  # the armed line is for a live watch
+                        h.close_connection = True
+                        return
+                    self.faults.corrupt_write(parts)
                 self._write_chunk(h, parts)
                 parts = []
                 last_write = now

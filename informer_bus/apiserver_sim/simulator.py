@@ -200,8 +200,11 @@ class Simulator:
         """Compact history now (to ``rv`` or the current RV); older watches/lists get 410."""
         return self.state.compact(rv)
 
-    def inject_malformed_lines(self, count: int = 1) -> None:
-        self.faults.inject_malformed_lines(count)
+    def inject_malformed_lines(
+        self, count: int = 1, kind: str = "truncated", *, after_first_line: bool = False
+    ) -> None:
+        """Corrupt the next ``count`` watch writes (:meth:`FaultState.inject_malformed_lines`)."""
+        self.faults.inject_malformed_lines(count, kind, after_first_line=after_first_line)
 
     def fail_next(self, count: int, status: int = 500, retry_after: int = 1) -> None:
         """The next ``count`` API requests fail with 429 (Retry-After) or 500."""
@@ -408,7 +411,11 @@ class Simulator:
             self.front.after_response(helper.start)  # the 202 goes out before the cut
             return 202, {"restarting": True, "downtime": downtime}
         if action == "malformed":
-            self.inject_malformed_lines(int(args.get("count", 1)))
+            self.inject_malformed_lines(
+                int(args.get("count", 1)),
+                str(args.get("kind", "truncated")),
+                after_first_line=bool(args.get("afterFirstLine")),
+            )
             return 200, {"pending": self.faults.snapshot().malformed_pending}
         if action == "fail-next":
             self.fail_next(int(args["count"]), int(args.get("status", 500)),

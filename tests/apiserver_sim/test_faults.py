@@ -12,6 +12,7 @@ import urllib3
 from kubernetes import client, watch
 
 from informer_bus.apiserver_sim import Simulator
+from informer_bus.apiserver_sim.faults import BAD_LINES, MALFORMED_LINE
 from tests.apiserver_sim.conftest import pod, raw_lines
 
 
@@ -150,8 +151,41 @@ def test_malformed_lines(sim: Simulator, v1: client.CoreV1Api, http: urllib3.Poo
     _, lines = raw_lines(
         http, f"{sim.url}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=1"
     )
-    assert isinstance(lines[0], bytes)  # not JSON
+    assert lines[0] == MALFORMED_LINE.rstrip(b"\n")  # not JSON
     assert lines[1]["type"] == "ADDED"
+
+
+@pytest.mark.parametrize("after_first_line", [False, True], ids=["first", "after-first-line"])
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_malformed_lines_of_every_kind_in_either_place(
+    sim: Simulator, http: urllib3.PoolManager, kind: str, after_first_line: bool
+) -> None:
+    rv = sim.resource_version
+    sim.create("pods", pod("a"))
+    sim.create("pods", pod("b"))
+    armed = _control(http, sim, "malformed", count=1, kind=kind, afterFirstLine=after_first_line)
+    assert armed == {"pending": 1}
+    resp = http.request(
+        "GET", f"{sim.url}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+    )
+    lines = resp.data.split(b"\n")[:-1]
+    bad = BAD_LINES[kind].rstrip(b"\n")
+    assert lines.count(bad) == 1 and lines.index(bad) == (1 if after_first_line else 0)
+    lines.remove(bad)
+    events = [orjson.loads(line) for line in lines]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+    ]
+    assert sim.faults.snapshot().malformed_pending == 0
+
+
+def test_malformed_lines_refuse_an_unknown_kind(sim: Simulator, http: urllib3.PoolManager) -> None:
+    resp = http.request("POST", f"{sim.url}/_sim/malformed",
+                        body=orjson.dumps({"kind": "nonsense"}),
+                        headers={"Content-Type": "application/json"})  # fmt: skip
+    assert resp.status == 400 and b"truncated" in resp.data
+    assert sim.faults.snapshot().malformed_pending == 0
 
 
 def test_fail_next_500(sim: Simulator, v1: client.CoreV1Api) -> None:

@@ -4,12 +4,11 @@ LIST pages, WATCH streams, typed errors, the inactivity watchdog and cross-threa
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -17,12 +16,15 @@ from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 
 from informer_bus.apiserver_sim import Simulator
+from informer_bus.apiserver_sim.faults import BAD_LINES
 from reflector_svc.kube import (
     INITIAL_EVENTS_END,
     ApiStatusError,
     ApiUnavailableError,
     KubeError,
     KubeSource,
+    MalformedWatchEventError,
+    OverlongLine,
     ResourceExpiredError,
     SourceConfigError,
     TooLargeResourceVersionError,
@@ -416,64 +418,84 @@ def test_watch_open_errors_are_typed(sim: Simulator, make_source: MakeSource) ->
     assert info2.value.status == 500
 
 
-def test_malformed_lines_are_reported_and_skipped(sim: Simulator, make_source: MakeSource) -> None:
-    reports: list[tuple[str, bytes]] = []
-    rv = str(sim.resource_version)
-    sim.inject_malformed_lines(2)
-    with make_source("pods").watch(
-        resource_version=rv,
-        timeout_seconds=10,
-        inactivity_timeout=5,
-        on_malformed=lambda reason, prefix: reports.append((reason, prefix)),
-    ) as stream:
-        it = iter(stream)
-        bookmarks = [next(it) for _ in range(4)]
-        sim.create("pods", pod("after"))
-        event = next_non_bookmark(stream)
-    assert all(e.type == "BOOKMARK" for e in bookmarks)
-    assert (event.type, event.obj["metadata"]["name"]) == ("ADDED", "after")
-    assert len(reports) == 2 == stream.malformed
-    for reason, prefix in reports:
-        assert reason.startswith("invalid JSON")
-        assert prefix.startswith(b'{"type":"MODIFIED"')
+BAD_LINE_REASONS = {
+    "truncated": "invalid_json",
+    "garbage": "invalid_json",
+    "not_an_object": "not_an_object",
+    "no_object": "no_object",
+    "object_not_an_object": "no_object",
+    "unknown_type": "unknown_type",
+}
 
 
-def test_malformed_lines_are_logged_by_default(
-    sim: Simulator, make_source: MakeSource, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", sorted(BAD_LINE_REASONS))
+def test_1_10_a_bad_line_ends_the_watch_right_after_the_events_before_it(
+    sim: Simulator, make_source: MakeSource, kind: str
 ) -> None:
-    sim.inject_malformed_lines(1)
-    with (
-        caplog.at_level(logging.WARNING, logger="reflector_svc.kube"),
-        make_source("pods").watch(
-            resource_version=str(sim.resource_version), timeout_seconds=10, inactivity_timeout=5
-        ) as stream,
-    ):
-        next(iter(stream))
-    assert any("skipped a malformed line" in r.getMessage() for r in caplog.records)
+    """As client-go's decoder does: the events before the bad line are delivered, then the
+    stream ends with a typed error saying why and quoting the line; nothing after it is read,
+    so a re-watch from the last event delivered gets the rest again."""
+    rv = str(sim.resource_version)
+    sim.create("pods", pod("before"))
+    sim.create("pods", pod("after"))
+    sim.inject_malformed_lines(1, kind, after_first_line=True)  # between the two ADDED lines
+    stream = make_source("pods").watch(
+        resource_version=rv, timeout_seconds=10, allow_bookmarks=False, inactivity_timeout=5
+    )
+    seen: list[str] = []
+    with stream, pytest.raises(MalformedWatchEventError) as info:
+        for event in stream:
+            seen.append(event.obj["metadata"]["name"])
+    assert seen == ["before"]
+    assert info.value.reason == BAD_LINE_REASONS[kind]
+    line = BAD_LINES[kind].rstrip(b"\n")
+    assert (info.value.excerpt, info.value.line_bytes) == (line, len(line))
+    assert repr(line) in str(info.value)
+    resumed = make_source("pods").watch(
+        resource_version=str(int(rv) + 1), timeout_seconds=10, allow_bookmarks=False,
+        inactivity_timeout=5,
+    )  # fmt: skip
+    with resumed:
+        event = next(iter(resumed))
+    assert event.obj["metadata"]["name"] == "after"
 
 
-def test_overlong_lines_are_skipped_without_buffering(
+def test_a_bad_line_is_quoted_briefly() -> None:
+    stream = WatchStream(
+        cast(Any, None), "/api/v1/pods", [], connect_timeout=1.0, inactivity_timeout=1.0,
+        watch_list=False, max_line_bytes=1 << 20, read_size=65536,
+    )  # fmt: skip
+    good = b'{"type":"ADDED","object":{"metadata":{"name":"ok"}}}'
+    events, error = stream._parse_lines([good, b"\xff" * 10_000, good])
+    assert [event.obj["metadata"]["name"] for event in events] == ["ok"]
+    assert isinstance(error, MalformedWatchEventError)
+    assert (error.reason, error.line_bytes) == ("invalid_json", 10_000)
+    assert error.excerpt == b"\xff" * 200
+    assert len(str(error)) < 1000 and str(error).endswith("... (10000 bytes)")
+
+
+def test_an_overlong_line_ends_the_watch_without_being_buffered(
     sim: Simulator, make_source: MakeSource
 ) -> None:
-    reports: list[tuple[str, bytes]] = []
     rv = str(sim.resource_version)
+    sim.create("pods", pod("small"))
     big = pod("big")
     big["metadata"]["annotations"] = {"blob": "x" * 50_000}
     sim.create("pods", big)
-    sim.create("pods", pod("small"))
+    sim.create("pods", pod("never-read"))
     # A 1 KiB read size splits every line over several reads; 4 KiB lines are the limit.
     source = make_source("pods", max_line_bytes=4096, read_size=1024)
-    with source.watch(
-        resource_version=rv,
-        timeout_seconds=10,
-        allow_bookmarks=False,
-        inactivity_timeout=5,
-        on_malformed=lambda reason, prefix: reports.append((reason, prefix)),
-    ) as stream:
-        event = next(iter(stream))
-    assert (event.type, event.obj["metadata"]["name"]) == ("ADDED", "small")
-    assert reports == [("line longer than 4096 bytes", reports[0][1])]
-    assert reports[0][1].startswith(b'{"type":"ADDED"') and len(reports[0][1]) <= 200
+    stream = source.watch(
+        resource_version=rv, timeout_seconds=10, allow_bookmarks=False, inactivity_timeout=5
+    )
+    seen: list[str] = []
+    with stream, pytest.raises(MalformedWatchEventError) as info:
+        for event in stream:
+            seen.append(event.obj["metadata"]["name"])
+    assert seen == ["small"]
+    assert (info.value.reason, info.value.line_bytes) == ("line_too_long", None)
+    assert info.value.detail == "line longer than 4096 bytes"
+    assert info.value.excerpt.startswith(b'{"type":"ADDED"') and len(info.value.excerpt) <= 200
 
 
 def test_watch_ends_normally_at_timeout_seconds(sim: Simulator, make_source: MakeSource) -> None:
@@ -625,19 +647,25 @@ def test_error_classification(
     cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=12),
 )
 def test_line_framer_any_chunking(lines: list[bytes], cuts: list[int]) -> None:
-    """Lines come out whole and in order however the stream is cut; lines over the limit are
-    reported once each and dropped, and nothing after them is lost."""
+    """Lines come out whole and in order however the stream is cut; a line over the limit
+    comes out once, in its place, as an OverlongLine holding its first bytes, and nothing
+    after it is lost."""
     limit = 20
     data = b"".join(line + b"\n" for line in lines)
-    reports: list[bytes] = []
-    framer = _LineFramer(limit, lambda reason, prefix: reports.append(prefix))
+    framer = _LineFramer(limit)
     out: list[bytes] = []
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
     for lo, hi in itertools.pairwise(bounds):
         out.extend(framer.feed(data[lo:hi]))
         assert framer.pending <= limit
-    assert [line for line in out if line] == [line for line in lines if line and len(line) <= limit]
-    assert len(reports) == sum(1 for line in lines if len(line) > limit)
+    out = [line for line in out if line]
+    lines = [line for line in lines if line]
+    assert [type(line) is OverlongLine for line in out] == [len(line) > limit for line in lines]
+    for got, line in zip(out, lines, strict=True):
+        if type(got) is OverlongLine:
+            assert got and line.startswith(got)
+        else:
+            assert got == line
 
 
 def test_watch_parse_rate(sim: Simulator, make_source: MakeSource) -> None:

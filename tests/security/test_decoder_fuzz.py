@@ -5,7 +5,7 @@ tests/test_wire.py already fuzzes envelopes with short arbitrary bytes, mutation
 entries and wrong field values; this adds whole field mappings, arbitrary JSON documents, deep
 nesting and huge inputs, and the same for watch lines. The contract: only the typed error
 escapes (``WireDecodeError``; for a watch stream nothing is raised while lines are parsed: a bad
-line is reported and skipped, and an ERROR event's ``ApiStatusError`` is returned after the
+line's ``MalformedWatchEventError`` or an ERROR event's ``ApiStatusError`` is returned after the
 events before it), and input over the size limit is never parsed, so memory stays bounded
 whatever arrives.
 """
@@ -29,7 +29,14 @@ from common.wire import (
     decode_envelope,
     envelope_from_fields,
 )
-from reflector_svc.kube import ApiStatusError, WatchEvent, WatchStream, _LineFramer
+from reflector_svc.kube import (
+    ApiStatusError,
+    KubeError,
+    MalformedWatchEventError,
+    WatchEvent,
+    WatchStream,
+    _LineFramer,
+)
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HUGE = 64 << 20
@@ -161,30 +168,29 @@ def test_a_hostile_entry_under_the_limit_costs_a_bounded_multiple_of_its_size(
 # --- watch lines ------------------------------------------------------------------------------
 
 
-def watch_stream(reports: list[tuple[str, bytes]]) -> WatchStream:
+def watch_stream() -> WatchStream:
     """A stream that is never opened: only its line parser is used."""
     return WatchStream(
         cast(Any, None), "/api/v1/pods", [], connect_timeout=1.0, inactivity_timeout=1.0,
         watch_list=False, max_line_bytes=LINE_LIMIT, read_size=65536,
-        on_malformed=lambda reason, prefix: reports.append((reason, prefix)),
     )  # fmt: skip
 
 
-def parse_all(chunks: list[bytes]) -> tuple[list[WatchEvent], list[ApiStatusError]]:
+def parse_all(chunks: list[bytes]) -> tuple[list[WatchEvent], list[KubeError]]:
     """Feed ``chunks`` the way a watch does (framer, then the lines' parser); nothing may
-    raise. Returns the events and the ERROR events' typed errors."""
-    reports: list[tuple[str, bytes]] = []
-    stream = watch_stream(reports)
-    framer = _LineFramer(LINE_LIMIT, stream._report)
+    raise. Returns the events and the typed errors (bad lines', ERROR events')."""
+    stream = watch_stream()
+    framer = _LineFramer(LINE_LIMIT)
     events: list[WatchEvent] = []
-    errors: list[ApiStatusError] = []
+    errors: list[KubeError] = []
     for chunk in chunks:
         found, error = stream._parse_lines(framer.feed(chunk))
         events += found
         if error is not None:
             errors.append(error)
     assert all(type(event.obj) is dict and type(event.obj["metadata"]) is dict for event in events)
-    assert all(len(prefix) <= 4096 for _, prefix in reports), "reports quote lines briefly"
+    quoted = [error.excerpt for error in errors if isinstance(error, MalformedWatchEventError)]
+    assert all(len(excerpt) <= 4096 for excerpt in quoted), "errors quote lines briefly"
     return events, errors
 
 
@@ -211,8 +217,8 @@ def test_structured_but_wrong_watch_lines_are_skipped_or_typed(
     cut = data.draw(st.integers(0, len(stream)))
     _, errors = parse_all([stream[:cut], stream[cut:]])
     wanted = [d for d in documents if isinstance(d, dict) and d.get("type") == "ERROR"]
-    assert len(errors) <= len(wanted)
-    assert all(isinstance(error, ApiStatusError) for error in errors)
+    assert len([error for error in errors if isinstance(error, ApiStatusError)]) <= len(wanted)
+    assert all(isinstance(error, ApiStatusError | MalformedWatchEventError) for error in errors)
 
 
 @pytest.mark.parametrize("depth", [1025, 1_000_000])
@@ -222,26 +228,34 @@ def test_deeply_nested_watch_lines_are_reported_not_raised(depth: int, kind: str
     good = b'{"type":"ADDED","object":{"metadata":{"name":"ok"}}}\n'
     events, errors = parse_all([line[: len(line) // 2], line[len(line) // 2 :], good])
     assert [event.obj["metadata"]["name"] for event in events] == ["ok"]
-    assert errors == []
+    assert [type(error) for error in errors] == [MalformedWatchEventError]
 
 
 def test_a_huge_watch_line_is_skipped_in_bounded_memory() -> None:
     chunk = b"x" * (1 << 20)  # what one network read may return, allocated before measuring
     good = b'\n{"type":"ADDED","object":{"metadata":{"name":"after"}}}\n'
-    reports: list[tuple[str, bytes]] = []
-    stream = watch_stream(reports)
-    framer = _LineFramer(LINE_LIMIT, stream._report)
+    stream = watch_stream()
+    framer = _LineFramer(LINE_LIMIT)
     pending: list[int] = []
     found: list[WatchEvent] = []
+    errors: list[KubeError] = []
+
+    def parse(data: bytes) -> None:
+        events, error = stream._parse_lines(framer.feed(data))
+        found.extend(events)
+        if error is not None:
+            errors.append(error)
 
     def feed() -> None:
         for _ in range(HUGE // len(chunk)):
-            found.extend(stream._parse_lines(framer.feed(chunk))[0])
+            parse(chunk)
             pending.append(framer.pending)
-        found.extend(stream._parse_lines(framer.feed(good))[0])
+        parse(good)
 
     peak = peak_allocation(feed)
     assert [event.obj["metadata"]["name"] for event in found] == ["after"]
-    assert [reason for reason, _ in reports] == [f"line longer than {LINE_LIMIT} bytes"]
+    assert [str(error) for error in errors] == [
+        f"line longer than {LINE_LIMIT} bytes: {b'x' * 200!r}... (over the limit)"
+    ]
     assert max(pending) <= LINE_LIMIT
     assert peak < 4 * LINE_LIMIT, f"{HUGE} bytes of one line cost {peak} bytes"
