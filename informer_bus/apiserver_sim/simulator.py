@@ -116,7 +116,10 @@ class Simulator:
         self.front = HttpFront(self.state, self.faults, self.settings, self._control)
         self._lock = threading.Lock()
         self._churns: list[ChurnHandle] = []
-        self._helpers: list[threading.Thread] = []
+        self._helpers: list[tuple[threading.Thread, threading.Event]] = []
+        """Background restarts, each with the event that lets it go (see ``restart`` in
+        :meth:`control`)."""
+        self._stopping = threading.Event()
         self._started = False
         self._seed_defaults()
 
@@ -135,6 +138,7 @@ class Simulator:
             return self
         self.front.open()
         self._started = True
+        self._stopping.clear()
         if self.settings.populate:
             self.populate(PODS, self.settings.populate, seed=self.settings.seed)
         if self.settings.churn > 0:
@@ -148,12 +152,14 @@ class Simulator:
 
     def stop(self) -> None:
         """Close the listener, end all watches and churns, and join every thread."""
+        self._stopping.set()
         with self._lock:
             churns, self._churns = list(self._churns), []
             helpers, self._helpers = list(self._helpers), []
         for handle in churns:
             handle.stop()
-        for helper in helpers:
+        for helper, go in helpers:
+            go.set()  # a restart whose reply never went out: it sees _stopping and returns
             helper.join(10)
         self.state.close()
         self.front.close()
@@ -404,11 +410,22 @@ class Simulator:
             }
         if action == "restart":
             downtime = float(args.get("downtime", 0.0))
-            helper = threading.Thread(target=self.restart, args=(downtime,),
-                                      name="apiserver-sim-restart", daemon=True)  # fmt: skip
+            # The 202 goes out before the cut: the helper waits for the reply to be sent. It is
+            # started here, not from the reply's callback, so that stop() never meets a thread
+            # that has not started yet (join() would raise) or that starts after it returned.
+            replied = threading.Event()
+
+            def restart_after_reply() -> None:
+                replied.wait(10)
+                if not self._stopping.is_set():
+                    self.restart(downtime)
+
+            helper = threading.Thread(target=restart_after_reply, name="apiserver-sim-restart",
+                                      daemon=True)  # fmt: skip
             with self._lock:
-                self._helpers.append(helper)
-            self.front.after_response(helper.start)  # the 202 goes out before the cut
+                self._helpers.append((helper, replied))
+            helper.start()
+            self.front.after_response(replied.set)
             return 202, {"restarting": True, "downtime": downtime}
         if action == "malformed":
             self.inject_malformed_lines(

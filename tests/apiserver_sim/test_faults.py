@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from kubernetes import client, watch
 
 from informer_bus.apiserver_sim import Simulator
 from informer_bus.apiserver_sim.faults import BAD_LINES, MALFORMED_LINE
-from tests.apiserver_sim.conftest import pod, raw_lines
+from tests.apiserver_sim.conftest import FAST, pod, raw_lines
 
 
 def _control(http: urllib3.PoolManager, sim: Simulator, action: str, **body: Any) -> Any:
@@ -234,3 +235,19 @@ def test_slow_responses(sim: Simulator, v1: client.CoreV1Api, http: urllib3.Pool
     stats = orjson.loads(http.request("GET", f"{sim.url}/_sim/stats").data)
     assert stats["faults"]["slow_seconds"] == 0
     assert stats["faults"]["slowed_requests"] == 1
+
+
+def test_stop_right_after_a_restart_was_asked_for_does_not_race_it() -> None:
+    """A test that asks for a restart and stops the simulator at once: the reply's callback (in
+    the server thread, after the reply is written) may not have run yet. stop() must neither
+    fail on the restart thread nor leave it to reopen the port afterwards."""
+    simulator = Simulator(FAST).start()
+    port = simulator.port
+    try:
+        simulator.front._request.after = []  # inside a request whose reply is not written yet
+        assert simulator._control_action("POST", "restart", {"downtime": 0})[0] == 202
+    finally:
+        simulator.stop()  # was: RuntimeError "cannot join thread before it is started"
+    assert not any(t.name == "apiserver-sim-restart" for t in threading.enumerate())
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
