@@ -10,7 +10,10 @@ shard (``ib:{R:S}:lease`` with epochs from ``ib:{R:S}:lease_epoch``):
 * a shard that is no longer ours: ``on_lost(shard)`` first -- the caller stops applying and
   acknowledges before it returns -- and only then the lease is released, so the next owner,
   who can only acquire a free or expired lease, starts after we stopped;
-* a shard that is ours and held: renewed; a shard that is ours and free: acquired, then
+* a shard that is ours and held: renewed -- that very lease and epoch only: a lease that lapsed
+  meanwhile (expired, or lost by Redis) ends the ownership with ``on_lost`` *before* it is
+  acquired again, so no handler call of the old ownership runs under the new epoch;
+  a shard that is ours and free: acquired, then
   ``on_acquired(shard, epoch)``; the epoch is the fencing token the caller's acknowledgements
   carry, and every ownership period gets a new one (an epoch we already stopped owning with is
   never handed to ``on_acquired`` again, even when our own lease outlived the loss);
@@ -416,15 +419,19 @@ class ShardOwnership:
                 redis_ok = self._release(shard)  # ours from an ended ownership: let them in
         if not redis_ok or not self._renew(sorted(owned & mine)):
             return None
+        with self._cond:
+            owned = frozenset(self._owned)  # a lapsed lease was lost just now: take it again
         return self._acquire(sorted(mine - owned))
 
     def _renew(self, shards: list[int]) -> bool:
         """Renew the leases of owned ``shards``; ``False`` if Redis failed."""
         for shard in shards:
             self._enforce_renew_deadlines()
-            if shard not in self._owned:
+            with self._cond:
+                owned = self._owned.get(shard)
+            if owned is None:
                 continue  # lost at its deadline just now; a later tick takes it back
-            attempt = self._call(shard)
+            attempt = self._call(shard, renew_epoch=owned.epoch)
             if attempt is None:
                 return False
             self._renewed(shard, attempt)
@@ -451,8 +458,10 @@ class ShardOwnership:
     def _is_stale(self, shard: int, attempt: _Attempt) -> bool:
         return attempt.status.held and attempt.status.epoch == self._lost_epoch.get(shard)
 
-    def _call(self, shard: int) -> _Attempt | None:
-        """One acquire-or-renew of ``shard``'s lease; ``None`` (logged) if Redis failed.
+    def _call(self, shard: int, *, renew_epoch: int | None = None) -> _Attempt | None:
+        """One acquire-or-renew of ``shard``'s lease, or with ``renew_epoch`` a renewal of that
+        ownership only (a lapsed lease is reported, not re-acquired); ``None`` (logged) if
+        Redis failed.
 
         Checks the renew deadlines first, and reports when the call *started*.
         """
@@ -461,8 +470,12 @@ class ShardOwnership:
             if self._stopping:
                 return None
         started = self._clock.now()
+        lease = self._leases[shard]
         try:
-            status = self._leases[shard].try_acquire_or_renew()
+            if renew_epoch is None:
+                status = lease.try_acquire_or_renew()
+            else:
+                status = lease.renew(renew_epoch)
         except Exception as error:
             self._errors.failure(f"shard {shard}: lease acquire/renew failed", error, self._extra)
             return None
@@ -476,13 +489,19 @@ class ShardOwnership:
             if status.held and status.epoch == epoch:
                 self._owned[shard].renewed_at = attempt.started
                 return
-        if not status.held:
+        if status.holder is None:
+            # Our lease lapsed (expired, or Redis lost it) within our renew deadline. Someone
+            # may have owned the shard in between, so this ownership is over, and it must have
+            # stopped before a new one (with a new epoch) begins: the renewal does not take the
+            # lease again, the acquisition that follows in this tick does. Re-acquiring first
+            # made the old worker's handler calls run under the new epoch.
+            self._lose(shard, f"lease lapsed (epoch {epoch})", False)
+        elif status.holder == self._member_id:
+            # Ours with another epoch: only Redis losing data and our own later acquisition
+            # does that. Give it up; the next acquisition gets a fresh epoch.
+            self._lose(shard, f"lease holds another epoch ({status.epoch}, ours {epoch})", True)
+        else:
             self._lose(shard, f"lease taken by {status.holder} with epoch {status.epoch}", False)
-            return
-        # Our lease lapsed and this renewal re-acquired it: someone may have owned the shard in
-        # between, so that ownership is over; the lease we hold now is a new one.
-        self._lose(shard, f"lease lapsed (epoch {epoch}, now {status.epoch})", False)
-        self._acquired(shard, attempt)
 
     def _acquired(self, shard: int, attempt: _Attempt) -> None:
         epoch = attempt.status.epoch

@@ -469,6 +469,33 @@ def test_a_lapsed_lease_renewed_with_a_new_epoch_is_a_new_ownership(
     log.assert_epochs_grow()
 
 
+def test_a_lapsed_ownership_ends_before_its_next_epoch_is_taken(
+    cluster: Cluster, redis_client: redis.Redis, log: IntervalLog
+) -> None:
+    """Redis loses a held lease (a restart that lost its last writes, an eviction): the next
+    renewal must end the ownership (``on_lost``) while the lease is still free, and only then
+    acquire it again. Re-acquiring first put the new epoch in Redis while the old ownership's
+    handler calls still ran, so they ran under the new epoch -- before its takeover had
+    delivered the initial list: "update of an object the store did not have" in the chaos
+    checks, and a call of an ended ownership attributed to the next one."""
+    keys = ShardKeys("ib", "pods", 7)
+    seen_at_loss: list[tuple[bytes | None, bytes | None]] = []
+
+    def on_lost(shard: int) -> None:
+        if shard == 7:
+            holder, epoch = redis_client.hmget(keys.lease, "holder", "epoch")
+            seen_at_loss.append((holder, epoch))
+
+    a = cluster.make("a", on_lost=on_lost)
+    assert a.wait_for_assignment(timeout=3)
+    assert a.owned()[7] == 1
+    redis_client.delete(keys.lease)  # the chosen moment: held, renewed, and now gone
+    assert wait_until(lambda: a.owned().get(7) == 2, timeout=2)
+    assert seen_at_loss == [(None, None)]  # still lapsed when the old ownership ended
+    assert redis_client.hmget(keys.lease, "holder", "epoch") == [b"a", b"2"]
+    log.assert_epochs_grow()
+
+
 def test_a_stalled_coordinator_gives_up_its_shards_and_takes_them_back_with_new_epochs(
     cluster: Cluster, log: IntervalLog
 ) -> None:
