@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -124,7 +124,10 @@ class ShardOwnership:
     thread; an exception from either is logged and never stops it. A failed ``on_acquired`` is
     followed by ``on_lost`` (so anything half-started is stopped) and the lease is released for
     another member to take. ``on_lost`` must stop applying the shard and acknowledge before it
-    returns, because the lease may be released (or expire) right after.
+    returns, because the lease may be released (or expire) right after. ``on_losing(shards)``
+    (optional, must not block) comes first with every shard one step is about to lose -- a
+    hand-over, the renew deadlines that passed, the stop -- so the caller can stop them all at
+    once before the ``on_lost`` calls wait for each in turn.
 
     ``member_id`` is both the membership id and the lease holder; it must be unique per process
     (``common.lease.unique_holder``). ``client`` should come from ``common.lease.lease_client``:
@@ -150,6 +153,7 @@ class ShardOwnership:
         member_id: str,
         on_acquired: Callable[[int, int], None],
         on_lost: Callable[[int], None],
+        on_losing: Callable[[Sequence[int]], None] | None = None,
         heartbeat_interval: float = 1.0,
         member_ttl: float = 3.0,
         lease_duration: float = 15.0,
@@ -200,6 +204,7 @@ class ShardOwnership:
         self._client = client
         self._on_acquired = on_acquired
         self._on_lost = on_lost
+        self._on_losing = on_losing
         self._heartbeat_interval = heartbeat_interval
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
@@ -371,6 +376,7 @@ class ShardOwnership:
                 for shard, owned in self._owned.items()
                 if now - owned.renewed_at >= self._renew_deadline
             )
+        self._losing([shard for shard, _ in late])
         for shard, silent in late:
             self._lose(shard, f"could not renew for {silent:.2f} s (renew deadline)", False)
 
@@ -410,7 +416,10 @@ class ShardOwnership:
             self._cond.notify_all()
             owned = frozenset(self._owned)
         redis_ok = True  # after one failed call, the others would only block and fail too
-        for shard in sorted(owned - mine):
+        leaving = sorted(owned - mine)
+        self._losing(leaving)
+        for shard in leaving:
+            self._enforce_renew_deadlines()  # a slow hand-over must not outlast the others' leases
             redis_ok = (
                 self._lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
             )
@@ -537,6 +546,21 @@ class ShardOwnership:
             log.exception("on_lost(%d) failed", shard, extra=self._extra)
         return self._release(shard) if release else True
 
+    def _losing(self, shards: Sequence[int]) -> None:
+        """Tell the caller at once about every shard about to be lost in this step.
+
+        ``on_lost`` runs one shard at a time and may wait (a hand-over lets running handler
+        calls finish); without this, the shards later in the row kept calling handlers all
+        that while, unrenewed, and a slow row outlived their leases: the next owner's calls
+        then overlapped theirs.
+        """
+        if not shards or self._on_losing is None:
+            return
+        try:
+            self._on_losing(list(shards))
+        except Exception:
+            log.exception("on_losing(%s) failed", list(shards), extra=self._extra)
+
     def _release(self, shard: int) -> bool:
         """Release ``shard``'s lease if it is ours; ``False`` when Redis failed (it will expire)."""
         try:
@@ -550,6 +574,7 @@ class ShardOwnership:
         with self._cond:
             release = self._release_on_stop
             owned = sorted(self._owned)
+        self._losing(owned)
         for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
             release = self._lose(shard, "stopping", release) and release
         if release:

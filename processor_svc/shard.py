@@ -425,6 +425,13 @@ class ShardWorker:
         self._grace = max(0.0, grace)
         self._shutdown()
 
+    def begin_stop(self, grace: float = 5.0) -> None:
+        """Start a :meth:`stop` without waiting for it: no handler call of this shard starts
+        from now on. For stopping several shards at once; :meth:`stop` then waits."""
+        self._grace = max(0.0, grace)
+        self._stop.set()
+        self._dispatcher.wake()
+
     def lost(self) -> None:
         """Ownership is gone (someone else may own the shard now): stop at once, acknowledge
         nothing more, and end the thread; returns once it ended."""
