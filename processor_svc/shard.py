@@ -41,7 +41,9 @@ entries out from under the new owner. The blocking wait for new entries is there
 ``XREAD BLOCK`` (it changes nothing) on a dedicated connection whose ``socket_timeout`` is well
 above the block time (redis-py's default 5 s would otherwise turn every long BLOCK into a
 timeout and retries); the entries themselves are then taken with a fenced, non-blocking
-``XREADGROUP`` inside the script. A refused script ends the worker without acknowledging more.
+``XREADGROUP`` inside the script. A refused script ends the worker without acknowledging more,
+and its notifications still queued for the handlers are skipped (the next owner may be calling
+handlers for the shard already).
 
 **Poison entries** (undecodable, schema-invalid, no payload because trimmed, or refused by the
 store's index functions) are written to the dead-letter stream (``reason``, ``id``, ``payload``
@@ -528,6 +530,11 @@ class ShardWorker:
             self._commit = None
 
     def _on_lost(self, lost: _OwnershipLostError) -> None:
+        # The stop event first: it is what makes the handler threads skip this worker's queued
+        # notifications. The next owner may be calling handlers for the shard already, and the
+        # ownership thread (which would set it through stop()) may be busy for a while yet.
+        self._stop.set()
+        self._dispatcher.wake()
         self._ownership_lost = True
         self._no_more_acks = True
         self._error = lost
