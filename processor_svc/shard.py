@@ -8,12 +8,13 @@ shard and one owner holds it.
 **Takeover** (the first thing the thread does, and again after an unexpected failure):
 
 1. ``XGROUP CREATE <stream> processors 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
-2. One ``MULTI``: ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id`` is ``L``,
-   ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable), ``XINFO
-   GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the stream in one
-   script, so the snapshot is exactly the state after ``L``. ``last-generated-id`` rather than
-   the last entry's ID: it is the same unless the newest entry was deleted, and then it is the
-   right one.
+2. One ``MULTI``: the shard lease (the takeover is fenced too: a worker whose lease moved on
+   delivers no initial list), ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id``
+   is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable),
+   ``XINFO GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the
+   stream in one script, so the snapshot is exactly the state after ``L``.
+   ``last-generated-id`` rather than the last entry's ID: it is the same unless the newest
+   entry was deleted, and then it is the right one.
 3. Decode every snapshot envelope (a corrupt one is dead-lettered and skipped) and
    ``store.replace`` them.
 4. Read the unacknowledged entries up to ``L`` (the pending ones, then those after the group's
@@ -642,11 +643,15 @@ class ShardWorker:
             if "BUSYGROUP" not in str(err):
                 raise
         pipe = client.pipeline(transaction=True)
+        pipe.hmget(keys.lease, "holder", "epoch")
         pipe.hgetall(keys.objects)
         pipe.xinfo_stream(keys.stream)
         pipe.xinfo_groups(keys.stream)
         pipe.xpending(keys.stream, GROUP)
-        objects, info, groups, pending = pipe.execute()
+        (holder, epoch), objects, info, groups, pending = pipe.execute()
+        # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
+        if (holder, epoch) != tuple(value.encode() for value in self._lease_args):
+            raise _OwnershipLostError(_text(holder or b""), _text(epoch or b""))
         # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
         # list): normalised so that both kinds of client read alike.
         info = {_text(name): value for name, value in info.items()}

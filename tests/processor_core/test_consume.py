@@ -207,6 +207,19 @@ def test_a_worker_that_finds_itself_fenced_starts_no_more_handler_calls(shard: S
         assert slow.events == [("add", "ns/a", "1", False)]
 
 
+def test_a_takeover_whose_lease_moved_on_delivers_no_initial_list(shard: Shard) -> None:
+    """The snapshot read is fenced like the scripts: a worker started (or retrying its
+    takeover) after its lease moved on must not tell the handlers about the shard."""
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"))
+    shard.client.hset(shard.keys.lease, mapping={"holder": "member-b", "epoch": 99})
+    recorder = Recorder()
+    with shard.running(("rec", recorder), block_ms=200) as (worker, _, _):
+        wait_until(lambda: not worker.alive, what="the worker to find itself fenced")
+        assert worker.ownership_lost
+        assert not worker.has_synced
+    assert recorder.events == []
+
+
 def test_a_fenced_read_is_refused_after_an_epoch_change(shard: Shard) -> None:
     recorder = Recorder()
     with shard.running(("rec", recorder), block_ms=200) as (worker, _, _):
