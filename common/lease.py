@@ -209,6 +209,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, epoch, ARGV[1], tonumber(ARGV[2])}
 """
 
+# KEYS[1] lease hash; ARGV[1] holder, ARGV[2] duration ms, ARGV[3] the epoch we hold. Renews
+# only that very lease, never takes a free one: whoever owned the lapsed lease must stop before
+# a new ownership (and a new epoch) begins. Returns {held 0|1, epoch (0: none), holder ('':
+# none), ttl ms}.
+_RENEW: Final = """
+local lease = redis.call('HMGET', KEYS[1], 'holder', 'epoch')
+if lease[1] == ARGV[1] and tonumber(lease[2]) == tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(lease[2]), lease[1], tonumber(ARGV[2])}
+end
+if lease[1] then
+  return {0, tonumber(lease[2]) or 0, lease[1], redis.call('PTTL', KEYS[1])}
+end
+return {0, 0, '', -2}
+"""
+
 # KEYS[1] lease hash; ARGV[1] holder. Returns 1 if the lease was ours and is now deleted.
 _RELEASE: Final = """
 if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
@@ -252,6 +268,8 @@ class RedisLease:
     * :meth:`try_acquire_or_renew`: free or expired -> ours, with a new epoch (``INCR
       epoch_key``; that key never expires, so epochs only grow); ours -> expiry pushed back by
       ``duration``, same epoch; someone else's -> reported, untouched.
+    * :meth:`renew`: ours with that epoch -> expiry pushed back; anything else (lapsed, lost
+      by Redis, someone else's) -> reported, untouched, never re-acquired.
     * :meth:`release`: delete the lease only if it is ours, so a successor can take over at once
       on a graceful stop instead of waiting for the expiry.
     * :meth:`holder_and_epoch`: read-only.
@@ -305,6 +323,7 @@ class RedisLease:
         self._duration_ms = max(1, round(duration * 1000))
         self._acquire = client.register_script(_ACQUIRE_OR_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
         # The epoch of our last successful acquire or renewal until we give the lease up: a
         # renewal that finds the lease gone (lapsed, or Redis lost it) gets a higher one.
         self._held_epoch = 0
@@ -347,6 +366,28 @@ class RedisLease:
             epoch=int(epoch),
             holder=_text(holder),
             ttl=math.inf if int(ttl_ms) < 0 else int(ttl_ms) / 1000,
+        )
+
+    def renew(self, epoch: int) -> LeaseStatus:
+        """Extend our lease of ``epoch`` if Redis still has exactly it; never acquires.
+
+        Unlike :meth:`try_acquire_or_renew`, a lease that lapsed (expired, or lost by Redis) is
+        reported as not held (``holder`` ``None`` when nobody holds it, ``ttl`` 0) instead of
+        being taken again with a new epoch: the caller ends the old ownership first and only
+        then acquires. An acquisition after a failed renewal still gets an epoch above
+        ``epoch``, even if Redis lost the epoch counter.
+        """
+        held, current, holder, ttl_ms = self._renew(
+            keys=[self._key], args=[self._holder, self._duration_ms, epoch]
+        )
+        if held:
+            self._held_epoch = int(current)
+        name = _text(holder) or None
+        return LeaseStatus(
+            held=bool(held),
+            epoch=int(current),
+            holder=name,
+            ttl=math.inf if int(ttl_ms) == -1 else max(0, int(ttl_ms)) / 1000,
         )
 
     def release(self) -> bool:

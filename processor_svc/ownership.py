@@ -10,7 +10,10 @@ shard (``ib:{R:S}:lease`` with epochs from ``ib:{R:S}:lease_epoch``):
 * a shard that is no longer ours: ``on_lost(shard)`` first -- the caller stops applying and
   acknowledges before it returns -- and only then the lease is released, so the next owner,
   who can only acquire a free or expired lease, starts after we stopped;
-* a shard that is ours and held: renewed; a shard that is ours and free: acquired, then
+* a shard that is ours and held: renewed -- that very lease and epoch only: a lease that lapsed
+  meanwhile (expired, or lost by Redis) ends the ownership with ``on_lost`` *before* it is
+  acquired again, so no handler call of the old ownership runs under the new epoch;
+  a shard that is ours and free: acquired, then
   ``on_acquired(shard, epoch)``; the epoch is the fencing token the caller's acknowledgements
   carry, and every ownership period gets a new one (an epoch we already stopped owning with is
   never handed to ``on_acquired`` again, even when our own lease outlived the loss);
@@ -34,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -121,7 +124,10 @@ class ShardOwnership:
     thread; an exception from either is logged and never stops it. A failed ``on_acquired`` is
     followed by ``on_lost`` (so anything half-started is stopped) and the lease is released for
     another member to take. ``on_lost`` must stop applying the shard and acknowledge before it
-    returns, because the lease may be released (or expire) right after.
+    returns, because the lease may be released (or expire) right after. ``on_losing(shards)``
+    (optional, must not block) comes first with every shard one step is about to lose -- a
+    hand-over, the renew deadlines that passed, the stop -- so the caller can stop them all at
+    once before the ``on_lost`` calls wait for each in turn.
 
     ``member_id`` is both the membership id and the lease holder; it must be unique per process
     (``common.lease.unique_holder``). ``client`` should come from ``common.lease.lease_client``:
@@ -147,6 +153,7 @@ class ShardOwnership:
         member_id: str,
         on_acquired: Callable[[int, int], None],
         on_lost: Callable[[int], None],
+        on_losing: Callable[[Sequence[int]], None] | None = None,
         heartbeat_interval: float = 1.0,
         member_ttl: float = 3.0,
         lease_duration: float = 15.0,
@@ -197,6 +204,7 @@ class ShardOwnership:
         self._client = client
         self._on_acquired = on_acquired
         self._on_lost = on_lost
+        self._on_losing = on_losing
         self._heartbeat_interval = heartbeat_interval
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
@@ -368,6 +376,7 @@ class ShardOwnership:
                 for shard, owned in self._owned.items()
                 if now - owned.renewed_at >= self._renew_deadline
             )
+        self._losing([shard for shard, _ in late])
         for shard, silent in late:
             self._lose(shard, f"could not renew for {silent:.2f} s (renew deadline)", False)
 
@@ -407,7 +416,10 @@ class ShardOwnership:
             self._cond.notify_all()
             owned = frozenset(self._owned)
         redis_ok = True  # after one failed call, the others would only block and fail too
-        for shard in sorted(owned - mine):
+        leaving = sorted(owned - mine)
+        self._losing(leaving)
+        for shard in leaving:
+            self._enforce_renew_deadlines()  # a slow hand-over must not outlast the others' leases
             redis_ok = (
                 self._lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
             )
@@ -416,15 +428,19 @@ class ShardOwnership:
                 redis_ok = self._release(shard)  # ours from an ended ownership: let them in
         if not redis_ok or not self._renew(sorted(owned & mine)):
             return None
+        with self._cond:
+            owned = frozenset(self._owned)  # a lapsed lease was lost just now: take it again
         return self._acquire(sorted(mine - owned))
 
     def _renew(self, shards: list[int]) -> bool:
         """Renew the leases of owned ``shards``; ``False`` if Redis failed."""
         for shard in shards:
             self._enforce_renew_deadlines()
-            if shard not in self._owned:
+            with self._cond:
+                owned = self._owned.get(shard)
+            if owned is None:
                 continue  # lost at its deadline just now; a later tick takes it back
-            attempt = self._call(shard)
+            attempt = self._call(shard, renew_epoch=owned.epoch)
             if attempt is None:
                 return False
             self._renewed(shard, attempt)
@@ -451,8 +467,10 @@ class ShardOwnership:
     def _is_stale(self, shard: int, attempt: _Attempt) -> bool:
         return attempt.status.held and attempt.status.epoch == self._lost_epoch.get(shard)
 
-    def _call(self, shard: int) -> _Attempt | None:
-        """One acquire-or-renew of ``shard``'s lease; ``None`` (logged) if Redis failed.
+    def _call(self, shard: int, *, renew_epoch: int | None = None) -> _Attempt | None:
+        """One acquire-or-renew of ``shard``'s lease, or with ``renew_epoch`` a renewal of that
+        ownership only (a lapsed lease is reported, not re-acquired); ``None`` (logged) if
+        Redis failed.
 
         Checks the renew deadlines first, and reports when the call *started*.
         """
@@ -461,8 +479,12 @@ class ShardOwnership:
             if self._stopping:
                 return None
         started = self._clock.now()
+        lease = self._leases[shard]
         try:
-            status = self._leases[shard].try_acquire_or_renew()
+            if renew_epoch is None:
+                status = lease.try_acquire_or_renew()
+            else:
+                status = lease.renew(renew_epoch)
         except Exception as error:
             self._errors.failure(f"shard {shard}: lease acquire/renew failed", error, self._extra)
             return None
@@ -476,13 +498,19 @@ class ShardOwnership:
             if status.held and status.epoch == epoch:
                 self._owned[shard].renewed_at = attempt.started
                 return
-        if not status.held:
+        if status.holder is None:
+            # Our lease lapsed (expired, or Redis lost it) within our renew deadline. Someone
+            # may have owned the shard in between, so this ownership is over, and it must have
+            # stopped before a new one (with a new epoch) begins: the renewal does not take the
+            # lease again, the acquisition that follows in this tick does. Re-acquiring first
+            # made the old worker's handler calls run under the new epoch.
+            self._lose(shard, f"lease lapsed (epoch {epoch})", False)
+        elif status.holder == self._member_id:
+            # Ours with another epoch: only Redis losing data and our own later acquisition
+            # does that. Give it up; the next acquisition gets a fresh epoch.
+            self._lose(shard, f"lease holds another epoch ({status.epoch}, ours {epoch})", True)
+        else:
             self._lose(shard, f"lease taken by {status.holder} with epoch {status.epoch}", False)
-            return
-        # Our lease lapsed and this renewal re-acquired it: someone may have owned the shard in
-        # between, so that ownership is over; the lease we hold now is a new one.
-        self._lose(shard, f"lease lapsed (epoch {epoch}, now {status.epoch})", False)
-        self._acquired(shard, attempt)
 
     def _acquired(self, shard: int, attempt: _Attempt) -> None:
         epoch = attempt.status.epoch
@@ -518,6 +546,21 @@ class ShardOwnership:
             log.exception("on_lost(%d) failed", shard, extra=self._extra)
         return self._release(shard) if release else True
 
+    def _losing(self, shards: Sequence[int]) -> None:
+        """Tell the caller at once about every shard about to be lost in this step.
+
+        ``on_lost`` runs one shard at a time and may wait (a hand-over lets running handler
+        calls finish); without this, the shards later in the row kept calling handlers all
+        that while, unrenewed, and a slow row outlived their leases: the next owner's calls
+        then overlapped theirs.
+        """
+        if not shards or self._on_losing is None:
+            return
+        try:
+            self._on_losing(list(shards))
+        except Exception:
+            log.exception("on_losing(%s) failed", list(shards), extra=self._extra)
+
     def _release(self, shard: int) -> bool:
         """Release ``shard``'s lease if it is ours; ``False`` when Redis failed (it will expire)."""
         try:
@@ -531,6 +574,7 @@ class ShardOwnership:
         with self._cond:
             release = self._release_on_stop
             owned = sorted(self._owned)
+        self._losing(owned)
         for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
             release = self._lose(shard, "stopping", release) and release
         if release:

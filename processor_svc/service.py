@@ -110,6 +110,7 @@ class ProcessorService:
             member_id=self.member_id,
             on_acquired=self._acquired,
             on_lost=self._lost,
+            on_losing=self._losing,
             heartbeat_interval=settings.heartbeat_interval,
             member_ttl=settings.member_ttl,
             lease_duration=settings.lease_duration,
@@ -205,6 +206,14 @@ class ProcessorService:
         self.metrics.rebalances.labels(resource=self.resource).inc()
         worker.start()
         log.info("%s: took shard %d (epoch %d)", self.resource, shard, epoch)
+
+    def _losing(self, shards: Sequence[int]) -> None:
+        """On the ownership thread, before the ``_lost`` calls: stop every one of ``shards``
+        from starting handler calls now, not only once its turn in the row comes."""
+        with self._workers_lock:
+            workers = [self._workers[shard] for shard in shards if shard in self._workers]
+        for worker in workers:
+            worker.begin_stop(grace=self.settings.shutdown_grace)
 
     def _lost(self, shard: int) -> None:
         """On the ownership thread, before the lease is released: stop applying the shard."""

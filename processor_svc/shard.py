@@ -8,12 +8,13 @@ shard and one owner holds it.
 **Takeover** (the first thing the thread does, and again after an unexpected failure):
 
 1. ``XGROUP CREATE <stream> processors 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
-2. One ``MULTI``: ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id`` is ``L``,
-   ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable), ``XINFO
-   GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the stream in one
-   script, so the snapshot is exactly the state after ``L``. ``last-generated-id`` rather than
-   the last entry's ID: it is the same unless the newest entry was deleted, and then it is the
-   right one.
+2. One ``MULTI``: the shard lease (the takeover is fenced too: a worker whose lease moved on
+   delivers no initial list), ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id``
+   is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable),
+   ``XINFO GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the
+   stream in one script, so the snapshot is exactly the state after ``L``.
+   ``last-generated-id`` rather than the last entry's ID: it is the same unless the newest
+   entry was deleted, and then it is the right one.
 3. Decode every snapshot envelope (a corrupt one is dead-lettered and skipped) and
    ``store.replace`` them.
 4. Read the unacknowledged entries up to ``L`` (the pending ones, then those after the group's
@@ -41,7 +42,9 @@ entries out from under the new owner. The blocking wait for new entries is there
 ``XREAD BLOCK`` (it changes nothing) on a dedicated connection whose ``socket_timeout`` is well
 above the block time (redis-py's default 5 s would otherwise turn every long BLOCK into a
 timeout and retries); the entries themselves are then taken with a fenced, non-blocking
-``XREADGROUP`` inside the script. A refused script ends the worker without acknowledging more.
+``XREADGROUP`` inside the script. A refused script ends the worker without acknowledging more,
+and its notifications still queued for the handlers are skipped (the next owner may be calling
+handlers for the shard already).
 
 **Poison entries** (undecodable, schema-invalid, no payload because trimmed, or refused by the
 store's index functions) are written to the dead-letter stream (``reason``, ``id``, ``payload``
@@ -425,6 +428,13 @@ class ShardWorker:
         self._grace = max(0.0, grace)
         self._shutdown()
 
+    def begin_stop(self, grace: float = 5.0) -> None:
+        """Start a :meth:`stop` without waiting for it: no handler call of this shard starts
+        from now on. For stopping several shards at once; :meth:`stop` then waits."""
+        self._grace = max(0.0, grace)
+        self._stop.set()
+        self._dispatcher.wake()
+
     def lost(self) -> None:
         """Ownership is gone (someone else may own the shard now): stop at once, acknowledge
         nothing more, and end the thread; returns once it ended."""
@@ -521,6 +531,11 @@ class ShardWorker:
             self._commit = None
 
     def _on_lost(self, lost: _OwnershipLostError) -> None:
+        # The stop event first: it is what makes the handler threads skip this worker's queued
+        # notifications. The next owner may be calling handlers for the shard already, and the
+        # ownership thread (which would set it through stop()) may be busy for a while yet.
+        self._stop.set()
+        self._dispatcher.wake()
         self._ownership_lost = True
         self._no_more_acks = True
         self._error = lost
@@ -628,11 +643,15 @@ class ShardWorker:
             if "BUSYGROUP" not in str(err):
                 raise
         pipe = client.pipeline(transaction=True)
+        pipe.hmget(keys.lease, "holder", "epoch")
         pipe.hgetall(keys.objects)
         pipe.xinfo_stream(keys.stream)
         pipe.xinfo_groups(keys.stream)
         pipe.xpending(keys.stream, GROUP)
-        objects, info, groups, pending = pipe.execute()
+        (holder, epoch), objects, info, groups, pending = pipe.execute()
+        # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
+        if (holder, epoch) != tuple(value.encode() for value in self._lease_args):
+            raise _OwnershipLostError(_text(holder or b""), _text(epoch or b""))
         # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
         # list): normalised so that both kinds of client read alike.
         info = {_text(name): value for name, value in info.items()}

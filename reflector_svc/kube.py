@@ -675,15 +675,18 @@ class WatchStream(Iterator[WatchEvent]):
         the connection is closed here.
         """
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
             resp = self._resp
             if resp is None or self._released:
                 return
             if self._reading:
-                _shutdown(resp)
+                if first:
+                    _shutdown(resp)
                 return
+            # Also on a later call: a close that came during a read which then returned data
+            # left the release to a reader that may stop iterating without finishing (the
+            # reflector does on a stop); its own close on the way out releases here.
             self._release(resp, clean=False)
 
     def _release(self, resp: urllib3.BaseHTTPResponse, *, clean: bool) -> None:

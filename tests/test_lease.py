@@ -168,6 +168,27 @@ def test_acquire_renew_expire_takeover_release(
     assert (again.held, again.epoch) == (True, 3)  # epochs only grow, even for a former holder
 
 
+def test_renew_extends_only_the_epoch_held_and_never_acquires(
+    redis_server: RedisServer, redis_client: redis.Redis, clients: list[redis.Redis]
+) -> None:
+    a = make_lease(redis_server.url, clients, "a", duration=30)
+    b = make_lease(redis_server.url, clients, "b", duration=30)
+    assert a.renew(1) == LeaseStatus(held=False, epoch=0, holder=None, ttl=0.0)
+    assert redis_client.exists(KEY) == 0  # nothing taken
+    assert a.try_acquire_or_renew().epoch == 1
+    redis_client.pexpire(KEY, 5000)
+    assert a.renew(1) == LeaseStatus(held=True, epoch=1, holder="a", ttl=30.0)
+    assert redis_client.pttl(KEY) > 5000  # pushed back
+    assert a.renew(2).held is False  # not the epoch held: untouched
+    assert redis_client.pttl(KEY) > 5000
+    other = b.renew(1)
+    assert (other.held, other.epoch, other.holder) == (False, 1, "a")
+    redis_client.delete(KEY, EPOCH_KEY)  # Redis lost the lease, and the counter with it
+    assert a.renew(1).holder is None
+    assert redis_client.exists(KEY) == 0
+    assert a.try_acquire_or_renew().epoch == 2  # the next ownership's epoch is above the last
+
+
 def test_epochs_grow_across_many_takeovers(
     redis_server: RedisServer, clients: list[redis.Redis]
 ) -> None:

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -143,6 +143,7 @@ class Cluster:
         *,
         on_acquired: Callable[[int, int], None] | None = None,
         on_lost: Callable[[int], None] | None = None,
+        on_losing: Callable[[Sequence[int]], None] | None = None,
         start: bool = True,
         resource: str = "pods",
         shard_count: int = SHARDS,
@@ -171,6 +172,7 @@ class Cluster:
             member_id=name,
             on_acquired=acquired,
             on_lost=lost,
+            on_losing=on_losing,
             **timings,
         )
         self.members[name] = member
@@ -345,6 +347,30 @@ def test_second_member_takes_half_with_the_fewest_moves(cluster: Cluster) -> Non
     assert set(b.owned().values()) == {2}  # a new ownership, a new epoch
 
 
+def test_a_hand_over_stops_every_leaving_shard_before_waiting_for_the_first(
+    cluster: Cluster,
+) -> None:
+    """Handing shards over runs ``on_lost`` one shard at a time, and each may wait (running
+    handler calls finish first). The shards later in the row must not go on applying -- and
+    calling handlers, unrenewed -- all that while: a slow row outlived their leases, and the
+    next owner's calls overlapped theirs. ``on_losing`` names the whole row first."""
+    told: list[list[int]] = []
+    seen_while_handing_over: list[list[list[int]]] = []
+    first_of_row = threading.Event()
+
+    def on_lost(shard: int) -> None:
+        if not first_of_row.is_set():
+            first_of_row.set()
+            seen_while_handing_over.append([list(row) for row in told])
+
+    a = cluster.make("a", on_lost=on_lost, on_losing=lambda shards: told.append(list(shards)))
+    assert a.wait_for_assignment(timeout=3)
+    assert told == []
+    b = cluster.make("b")
+    assert wait_until(lambda: balanced(a, b), timeout=5)
+    assert seen_while_handing_over == [[list(range(8, 16))]]
+
+
 def test_third_member_balances_six_five_five(cluster: Cluster) -> None:
     a, b = cluster.make("a"), cluster.make("b")
     assert wait_until(lambda: balanced(a, b), timeout=3)
@@ -466,6 +492,33 @@ def test_a_lapsed_lease_renewed_with_a_new_epoch_is_a_new_ownership(
     ends = [i for i in log.intervals if i.shard == 7]
     assert [i.epoch for i in ends] == [1, 2]
     assert ends[0].end <= ends[1].start
+    log.assert_epochs_grow()
+
+
+def test_a_lapsed_ownership_ends_before_its_next_epoch_is_taken(
+    cluster: Cluster, redis_client: redis.Redis, log: IntervalLog
+) -> None:
+    """Redis loses a held lease (a restart that lost its last writes, an eviction): the next
+    renewal must end the ownership (``on_lost``) while the lease is still free, and only then
+    acquire it again. Re-acquiring first put the new epoch in Redis while the old ownership's
+    handler calls still ran, so they ran under the new epoch -- before its takeover had
+    delivered the initial list: "update of an object the store did not have" in the chaos
+    checks, and a call of an ended ownership attributed to the next one."""
+    keys = ShardKeys("ib", "pods", 7)
+    seen_at_loss: list[tuple[bytes | None, bytes | None]] = []
+
+    def on_lost(shard: int) -> None:
+        if shard == 7:
+            holder, epoch = redis_client.hmget(keys.lease, "holder", "epoch")
+            seen_at_loss.append((holder, epoch))
+
+    a = cluster.make("a", on_lost=on_lost)
+    assert a.wait_for_assignment(timeout=3)
+    assert a.owned()[7] == 1
+    redis_client.delete(keys.lease)  # the chosen moment: held, renewed, and now gone
+    assert wait_until(lambda: a.owned().get(7) == 2, timeout=2)
+    assert seen_at_loss == [(None, None)]  # still lapsed when the old ownership ended
+    assert redis_client.hmget(keys.lease, "holder", "epoch") == [b"a", b"2"]
     log.assert_epochs_grow()
 
 

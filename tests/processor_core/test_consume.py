@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from common.store import Indexer
+from processor_svc.dispatch import AckToken
 from tests.processor_core.support import MEMBER, Recorder, Shard, wait_until
 from tests.reflector_publish.support import TS, added, obj, updated
 
@@ -179,6 +180,44 @@ def test_a_fenced_acknowledgement_is_refused_and_the_worker_stops(shard: Shard) 
         worker.stop(0)
         dispatcher.stop(1)
     assert shard.sample("informer_bus_processor_ownership_lost_total", shard="0") == 1
+
+
+def test_a_worker_that_finds_itself_fenced_starts_no_more_handler_calls(shard: Shard) -> None:
+    """The lease moved on (a slow hand-over, a stall) and this worker learns it from a refused
+    read before its ownership thread stops it. Its notifications still queued for the handlers
+    must not run: the next owner may be calling handlers for the shard already. They did run
+    (the worker ended without setting its stop event), and the chaos checks saw the old
+    owner's update inside the new owner's period ("update of an object the store did not
+    have")."""
+    slow = Recorder()
+    with shard.running(("slow", slow), block_ms=200) as (worker, _, dispatcher):
+        assert worker.wait_for_sync(5)
+        slow.gate.clear()
+        shard.publish(added("ns/a", "1"), added("ns/b", "2"), updated("ns/a", "3"))
+        wait_until(lambda: slow.events, what="the first handler call (held at the gate)")
+        # The chosen moment: the other two notifications are queued behind the held call.
+        shard.client.hset(shard.keys.lease, mapping={"holder": "member-b", "epoch": 99})
+        wait_until(lambda: not worker.alive, what="the worker to find itself fenced")
+        assert worker.ownership_lost
+        slow.gate.set()
+        drained = AckToken("drained")
+        assert dispatcher.barrier(drained)
+        drained.release()
+        assert drained.wait(5)  # every queued notification was called or skipped by now
+        assert slow.events == [("add", "ns/a", "1", False)]
+
+
+def test_a_takeover_whose_lease_moved_on_delivers_no_initial_list(shard: Shard) -> None:
+    """The snapshot read is fenced like the scripts: a worker started (or retrying its
+    takeover) after its lease moved on must not tell the handlers about the shard."""
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"))
+    shard.client.hset(shard.keys.lease, mapping={"holder": "member-b", "epoch": 99})
+    recorder = Recorder()
+    with shard.running(("rec", recorder), block_ms=200) as (worker, _, _):
+        wait_until(lambda: not worker.alive, what="the worker to find itself fenced")
+        assert worker.ownership_lost
+        assert not worker.has_synced
+    assert recorder.events == []
 
 
 def test_a_fenced_read_is_refused_after_an_epoch_change(shard: Shard) -> None:
