@@ -8,6 +8,13 @@ applies its stream, fanning notifications out through one
 (acknowledging what the handlers finished) before its lease is released, so two processors
 never apply one shard at once.
 
+**Waiting for a reflector**: a processor may start before the reflector of its resource (deploy
+order is free), or for a resource no reflector publishes (``pod`` for ``pods``). Empty shard
+streams would then look like a resource without objects, so the processor takes no shard, writes
+no shard key and is not ready until a reflector has completed a list into every shard
+(:mod:`common.publication`). Meanwhile it heartbeats into the membership, so ``status`` shows it
+waiting; one warning names the resource, the key prefix and Redis; ``/readyz`` gives the reason.
+
 Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
 running finish within the grace period, acknowledge what completed, release every lease at once
 (the other processors take over without waiting for expiry), leave the membership, and join
@@ -17,16 +24,22 @@ unacknowledged and the next owner delivers them, so old and new owners never ove
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import threading
+import time
 from collections.abc import Sequence
 
+import redis
 from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
+from common.publication import Publication, read_publication
+from common.redis_config import redacted_url
 from common.service_clients import service_clients
 from common.sharding import ShardKeys
 from processor_svc.dispatch import HandlerDispatcher
@@ -40,6 +53,7 @@ from processor_svc.handlers import (
     stop_handlers,
 )
 from processor_svc.lister import ShardedLister
+from processor_svc.membership import Membership
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.ownership import ShardOwnership
 from processor_svc.settings import ProcessorSettings
@@ -50,6 +64,11 @@ __all__ = ["ProcessorService"]
 log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
+_PUBLICATION_POLL = 0.5
+"""Seconds between two looks for the reflector's first list while waiting for it."""
+_REDIS_LOG_INTERVAL = 30.0
+"""While Redis is unreachable before the first list, one warning per this many seconds."""
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
 class ProcessorService:
@@ -116,6 +135,21 @@ class ProcessorService:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
+        # Heartbeats while waiting for the reflector (ShardOwnership heartbeats afterwards).
+        self._membership = Membership(
+            self.lease_redis,
+            prefix=settings.prefix,
+            resource=self.resource,
+            member_id=self.member_id,
+            ttl=settings.member_ttl,
+        )
+        self._published = threading.Event()
+        self._waiting_for = "has not looked for its reflector yet"
+        self._ownership_lock = threading.Lock()
+        self._ownership_started = False
+        self._gate = threading.Thread(
+            target=self._wait_for_publication, name=f"processor-publication[{self.resource}]"
+        )
         self._workers: dict[int, ShardWorker] = {}
         self._workers_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -137,7 +171,7 @@ class ProcessorService:
         self._server.start()
         start_handlers(self._handler_objects)
         self.dispatcher.start()
-        self.ownership.start()
+        self._gate.start()
         self._supervisor.start()
         log.info(
             "processor %s started for %s; metrics and probes on %s",
@@ -153,7 +187,14 @@ class ProcessorService:
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
-        self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
+        if self._gate.is_alive():
+            self._gate.join()
+        with self._ownership_lock:
+            started = self._ownership_started
+        if started:
+            self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
+        elif self._gate.ident is not None:
+            self._leave_membership()
         left = self.dispatcher.stop(self.settings.shutdown_grace)
         if any(left.values()):
             log.warning("handlers did not finish within the grace period: %s", left)
@@ -172,6 +213,113 @@ class ProcessorService:
         if self._server is None:
             raise RuntimeError("the service is not started")
         return self._server.url
+
+    # --- waiting for the reflector -----------------------------------------------------------
+
+    @property
+    def published(self) -> bool:
+        """A reflector has completed a list into every shard: the shards are being taken over."""
+        return self._published.is_set()
+
+    def _where(self) -> str:
+        return (
+            f"resource {self.resource!r} under key prefix {self.settings.prefix!r} in "
+            f"{redacted_url(self.settings.redis_url)}"
+        )
+
+    def _wait_for_publication(self) -> None:
+        """Until every shard holds a reflector's complete list: heartbeat, look, wait. Then
+        start taking shards over. Runs on its own thread so that :meth:`start` returns at once
+        and ``/healthz`` answers while Redis or the reflector is still missing."""
+        warned = False
+        failures = 0
+        last_failure_log: float | None = None
+        while not self._stopping.is_set():
+            try:
+                publication = read_publication(
+                    self.lease_redis,
+                    prefix=self.settings.prefix,
+                    resource=self.resource,
+                    shard_count=self.settings.shard_count,
+                )
+                if publication.complete:
+                    break
+                self._membership.heartbeat()  # so that status lists us as waiting
+            except redis.RedisError as exc:
+                failures += 1
+                self._waiting_for = f"cannot read Redis at {redacted_url(self.settings.redis_url)}"
+                now = time.monotonic()
+                if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
+                    last_failure_log = now
+                    log.warning(
+                        "%s: looking for its reflector failed, retrying: %s: %s [Redis %s]",
+                        self.resource,
+                        type(exc).__name__,
+                        " ".join(str(exc).split()),
+                        redacted_url(self.settings.redis_url),
+                    )
+                self._stopping.wait(_PUBLICATION_POLL)
+                continue
+            if failures:
+                log.info("%s: Redis reachable again after %d failed calls", self.resource, failures)
+                failures, last_failure_log = 0, None
+            self._waiting_for = self._waiting_reason(publication)
+            if not warned:
+                warned = True
+                log.warning(
+                    "%s; not ready until a reflector completes a list into every shard%s",
+                    self._waiting_for,
+                    self._did_you_mean(),
+                )
+            self._stopping.wait(_PUBLICATION_POLL)
+        with self._ownership_lock:
+            if self._stopping.is_set():
+                return
+            self._published.set()
+            self._ownership_started = True
+            self.ownership.start()
+        if warned:
+            log.info("a reflector has published %s; taking shards over", self._where())
+
+    def _waiting_reason(self, publication: Publication) -> str:
+        if not publication.listed_shards:
+            if publication.leader:
+                return f"waiting for the first list of {self._where()}: a reflector leads it"
+            return f"no reflector has published {self._where()}"
+        missing = publication.unlisted_shards
+        return (
+            f"waiting for a reflector to list every shard of {self._where()}: shards "
+            f"{_ranges(missing)} of {publication.shard_count} have no completed list (is the "
+            f"reflector's --shard-count {publication.shard_count}, like this processor's?)"
+        )
+
+    def _did_you_mean(self) -> str:
+        """Close matches among the resources published under the prefix (best effort: it only
+        decorates one warning, so a failure is ignored)."""
+        prefix = _GLOB_SPECIAL.sub(r"\\\1", self.settings.prefix)
+        head, tail = f"{self.settings.prefix}:{{", ":0}:checkpoint"
+        try:
+            keys = self.redis.scan_iter(match=f"{prefix}:{{*{tail}", count=1000)
+            names = {_text(key)[len(head) : -len(tail)] for key in keys}
+        except redis.RedisError:
+            return ""
+        close = difflib.get_close_matches(self.resource, sorted(names), n=3, cutoff=0.6)
+        if close:
+            return f" (published under this prefix: {', '.join(close)}; is --resource right?)"
+        if names:
+            return f" (published under this prefix: {', '.join(sorted(names)[:5])})"
+        return ""
+
+    def _leave_membership(self) -> None:
+        try:
+            self._membership.leave()
+        except redis.RedisError as exc:
+            log.warning(
+                "%s: could not leave the members: %s [Redis %s]",
+                self.resource,
+                type(exc).__name__,
+                redacted_url(self.settings.redis_url),
+            )
 
     # --- shards ---------------------------------------------------------------------------
 
@@ -245,6 +393,8 @@ class ProcessorService:
 
     def is_synced(self) -> bool:
         """Every owned shard delivered its initial list (and at least one shard is owned)."""
+        if not self.published:
+            return False
         owned = self.owned_shards()
         return bool(owned) and all(self.lister.has_synced(shard) for shard in owned)
 
@@ -266,7 +416,10 @@ class ProcessorService:
 
     def readyz(self) -> tuple[bool, str]:
         """Ready when every owned shard is synced; owning nothing (more processors than
-        shards, or before the first assignment) is not ready."""
+        shards, or before the first assignment) is not ready, and neither is waiting for the
+        reflector's first list."""
+        if not self.published:
+            return False, self._waiting_for
         owned = self.owned_shards()
         if not owned:
             return False, "owns no shard yet"
@@ -274,3 +427,18 @@ class ProcessorService:
         if waiting:
             return False, f"syncing shards {waiting}"
         return True, f"owns shards {owned}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _ranges(shards: Sequence[int]) -> str:
+    """``0-3,7``: a shard list short enough for one log line."""
+    runs: list[list[int]] = []
+    for shard in sorted(shards):
+        if runs and runs[-1][-1] == shard - 1:
+            runs[-1].append(shard)
+        else:
+            runs.append([shard])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -21,7 +21,7 @@ from common.redis_config import (
 from common.service_runner import fail, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
 from reflector_svc.kube import KubeError
-from reflector_svc.resources import UnknownResourceError
+from reflector_svc.resources import ResourceSpec, UnknownResourceError
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ENV_PREFIX, ReflectorSettings
 
@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(ReflectorSettings, ENV_PREFIX, args)
         if not settings.resource:
             raise SettingsError("give at least one --resource (e.g. --resource pods)")
+        for spec in settings.resource:  # before connecting anything: a typo is no outage
+            ResourceSpec.parse(spec)
         configure_logging(settings.log_level, settings.log_json, redact=redis_secrets(settings))
         warning = command_line_password_warning(args.redis_url)
         if warning is not None:
