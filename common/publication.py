@@ -56,16 +56,17 @@ class Publication:
 def read_publication(
     client: redis.Redis, *, prefix: str, resource: str, shard_count: int
 ) -> Publication:
-    """One pipelined read (``EXISTS`` of the leader lease, ``HEXISTS`` of every shard's
-    ``synced_rv``); raises ``redis.RedisError`` when Redis cannot be read."""
+    """One pipelined read of the leader lease's holder and every shard's ``synced_rv``;
+    raises ``redis.RedisError`` when Redis cannot be read. Only ``HGET``: a processor's minimal
+    ACL (``docs/operations.md``) has it, not ``EXISTS`` or ``HEXISTS``."""
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
-    pipe.exists(keys.leader)
+    pipe.hget(keys.leader, "holder")
     for shard in range(shard_count):
-        pipe.hexists(keys.shard(shard).checkpoint, SYNCED_RV_FIELD)
+        pipe.hget(keys.shard(shard).checkpoint, SYNCED_RV_FIELD)
     leader, *listed = pipe.execute()
     return Publication(
         shard_count=shard_count,
-        listed_shards=tuple(shard for shard, flag in enumerate(listed) if flag),
-        leader=bool(leader),
+        listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
+        leader=leader is not None,
     )

@@ -200,7 +200,7 @@ def test_a_typo_names_the_published_resource(
             wait_until(lambda: warnings_in(typo.log()), 30, message="the waiting warning")
             [warning] = warnings_in(typo.log())
             assert "no reflector has published resource 'pod'" in warning
-            assert "published under this prefix: pods; is --resource right?" in warning
+            assert warning.endswith("(did you mean pods? it is published)")
             assert typo.probe() == 503
             assert not redis_client.keys("ib:{pod:*")
         finally:
