@@ -38,8 +38,11 @@ PROGRAM = "informer-bus processor"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Every flag can also be set with the INFORMER_BUS_<NAME> environment variable "
-        "shown in its help; flags win over the environment."
+        HELP + " Until a reflector has completed a list of --resource under --prefix, a "
+        "processor waits for it (it may start first): /readyz answers 503 with the reason, one "
+        "warning says what it waits for, and no shard is taken. Every flag can also be set "
+        "with the INFORMER_BUS_<NAME> environment variable shown in its help; flags win over "
+        "the environment."
     )
     add_flags(parser, ProcessorSettings, ENV_PREFIX)
 

@@ -314,9 +314,10 @@ class ProcessorService:
             self._membership.leave()
         except redis.RedisError as exc:
             log.warning(
-                "%s: could not leave the members: %s [Redis %s]",
+                "%s: could not leave the members: %s: %s [Redis %s]",
                 self.resource,
                 type(exc).__name__,
+                " ".join(str(exc).split()),
                 redacted_url(self.settings.redis_url),
             )
 
