@@ -141,7 +141,7 @@ class ProcessorService:
             ttl=settings.member_ttl,
         )
         self._published = threading.Event()
-        self._waiting_for = "has not looked for its reflector yet"
+        self._waiting_for = f"looking for the reflector of {self._where()}"
         self._ownership_lock = threading.Lock()
         self._ownership_started = False
         self._gate = threading.Thread(
