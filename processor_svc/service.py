@@ -63,7 +63,8 @@ log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
 _PUBLICATION_POLL = 0.5
-"""Seconds between two looks for the reflector's first list while waiting for it."""
+"""Seconds between two looks for the reflector's first list while waiting for it (shorter when
+the heartbeat interval is: each look also heartbeats)."""
 _REDIS_LOG_INTERVAL = 30.0
 """While Redis is unreachable before the first list, one warning per this many seconds."""
 
@@ -228,6 +229,7 @@ class ProcessorService:
         """Until every shard holds a reflector's complete list: heartbeat, look, wait. Then
         start taking shards over. Runs on its own thread so that :meth:`start` returns at once
         and ``/healthz`` answers while Redis or the reflector is still missing."""
+        poll = min(_PUBLICATION_POLL, self.settings.heartbeat_interval)
         warned = False
         failures = 0
         last_failure_log: float | None = None
@@ -255,7 +257,7 @@ class ProcessorService:
                         " ".join(str(exc).split()),
                         redacted_url(self.settings.redis_url),
                     )
-                self._stopping.wait(_PUBLICATION_POLL)
+                self._stopping.wait(poll)
                 continue
             if failures:
                 log.info("%s: Redis reachable again after %d failed calls", self.resource, failures)
@@ -268,7 +270,7 @@ class ProcessorService:
                     self._waiting_for,
                     self._did_you_mean(),
                 )
-            self._stopping.wait(_PUBLICATION_POLL)
+            self._stopping.wait(poll)
         with self._ownership_lock:
             if self._stopping.is_set():
                 return
