@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import IO, Any, Final, Protocol, Self
-from urllib.parse import urlsplit
 
 import orjson
 import redis
@@ -38,7 +37,13 @@ import redis
 from common.deltas import DeltaType
 from common.keys import Obj
 from common.publication import read_publication
-from common.redis_config import connection_kwargs, describe_redis_error, is_cluster, redis_client
+from common.redis_config import (
+    connection_kwargs,
+    describe_redis_error,
+    is_cluster,
+    redacted_url,
+    redis_client,
+)
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
@@ -218,17 +223,6 @@ def _id_order(entry_id: bytes | str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _redis_location(url: str) -> str:
-    """``url`` without its credentials, fit for an error message."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "the configured Redis"
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
 def _check_start(start: str) -> str:
     """``start`` if it is ``$``, ``0`` or a stream entry ID (``MS`` or ``MS-SEQ``), else a
     :class:`SubscribeError` that says what is expected."""
@@ -342,7 +336,7 @@ class Subscription(Iterator[SubscribedDelta]):
                 **(connection or {}),
             )
             self._owns_client = True
-            self._where = _redis_location(client_or_url)
+            self._where = redacted_url(client_or_url)
         else:
             self._client = client_or_url
             self._owns_client = False
@@ -858,7 +852,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
-        return fail(PROGRAM, f"cannot read {_redis_location(settings.redis_url)}: {reason}")
+        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis_url)}: {reason}")
     with subscription:
         try:
             _print_deltas(itertools.islice(subscription, options.count), options.output)
