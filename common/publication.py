@@ -36,6 +36,9 @@ class Publication:
     """The shards whose checkpoint records a completed list."""
     leader: bool
     """A reflector replica holds the resource's leader lease right now."""
+    listed_beyond: bool = False
+    """Shard ``shard_count`` holds a completed list too: the reflector uses more shards than
+    the reader was told, and the reader would never see those shards' objects."""
 
     @property
     def complete(self) -> bool:
@@ -62,11 +65,12 @@ def read_publication(
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
     pipe.hget(keys.leader, "holder")
-    for shard in range(shard_count):
+    for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
         pipe.hget(keys.shard(shard).checkpoint, SYNCED_RV_FIELD)
-    leader, *listed = pipe.execute()
+    leader, *listed, beyond = pipe.execute()
     return Publication(
         shard_count=shard_count,
         listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
         leader=leader is not None,
+        listed_beyond=beyond is not None,
     )

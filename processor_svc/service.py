@@ -242,6 +242,7 @@ class ProcessorService:
                     shard_count=self.settings.shard_count,
                 )
                 if publication.complete:
+                    self._check_shard_count(publication)
                     break
                 self._membership.heartbeat()  # so that status lists us as waiting
             except redis.RedisError as exc:
@@ -279,6 +280,18 @@ class ProcessorService:
             self.ownership.start()
         if warned:
             log.info("a reflector has published %s; taking shards over", self._where())
+
+    def _check_shard_count(self, publication: Publication) -> None:
+        """A reflector with a larger ``--shard-count`` publishes shards no processor of ours
+        reads: those objects would silently never reach a handler."""
+        if publication.listed_beyond:
+            log.error(
+                "a reflector has listed more than %d shards of %s: shards from %d on will never "
+                "be processed; give every processor the reflector's --shard-count",
+                self.settings.shard_count,
+                self._where(),
+                self.settings.shard_count,
+            )
 
     def _waiting_reason(self, publication: Publication) -> str:
         if not publication.listed_shards:

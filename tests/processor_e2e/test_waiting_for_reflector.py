@@ -43,9 +43,9 @@ def secret_url(redis_server: RedisServer, redis_client: redis.Redis) -> Iterator
         redis_client.acl_deluser("waiter")
 
 
-def processor(url: str, resource: str, log: Path) -> ProcessorProcess:
+def processor(url: str, resource: str, log: Path, shards: int = SHARDS) -> ProcessorProcess:
     return ProcessorProcess(
-        ["--resource", resource, "--handler", EXAMPLE, "--shard-count", str(SHARDS),
+        ["--resource", resource, "--handler", EXAMPLE, "--shard-count", str(shards),
          "--http-host", "127.0.0.1", "--http-port", "0",
          "--heartbeat-interval", "0.2", "--member-ttl", "2"],
         log,
@@ -205,4 +205,45 @@ def test_a_typo_names_the_published_resource(
             assert not redis_client.keys("ib:{pod:*")
         finally:
             typo.close()
+            reflector.close()
+
+
+def test_a_shard_count_unlike_the_reflectors_is_named(
+    redis_client: redis.Redis, secret_url: str, tmp_path: Path
+) -> None:
+    with Simulator(SimulatorSettings()) as sim:
+        sim.populate("pods", 5, seed=1)
+        reflector = ReflectorProcess(
+            ["--resource", "pods", "--kube-url", sim.url, "--shard-count", str(SHARDS),
+             "--http-host", "127.0.0.1", "--http-port", "0"],
+            tmp_path / "reflector.log",
+            env={"INFORMER_BUS_REDIS_URL": secret_url},
+        )  # fmt: skip
+        more = processor(secret_url, "pods", tmp_path / "more.log", shards=2 * SHARDS)
+        fewer = processor(secret_url, "pods", tmp_path / "fewer.log", shards=SHARDS // 2)
+        try:
+            reflector.start()
+            wait_until(lambda: redis_client.hget("ib:{pods:0}:checkpoint", "synced_rv"), 30)
+            more.start()
+            fewer.start()
+            wait_until(lambda: warnings_in(more.log()), 30, message="the waiting warning")
+            status_code, reason = readyz(more)
+            assert status_code == 503
+            assert f"shards {SHARDS}-{2 * SHARDS - 1} of {2 * SHARDS} have no completed list" in (
+                reason
+            )
+            assert f"reflector's --shard-count {2 * SHARDS}, like this processor's?" in reason
+
+            def errors() -> list[str]:
+                return [line for line in fewer.log().splitlines() if " ERROR " in line]
+
+            wait_until(errors, 30, message="the shard-count error")
+            [error] = errors()
+            assert f"a reflector has listed more than {SHARDS // 2} shards of resource 'pods'" in (
+                error
+            )
+            assert PASSWORD not in more.log() + fewer.log()
+        finally:
+            fewer.close()
+            more.close()
             reflector.close()
