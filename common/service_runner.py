@@ -3,20 +3,33 @@
 User mistakes end with one line on stderr and exit status 2, never a traceback; a clean stop
 exits 0. Signals only set a flag: the main thread then stops the service, which drains, acks,
 releases its leases and joins its threads (kopf's and arq's shutdown model).
+
+Retries say what they retry (:func:`name_failures_in_logs`): every log line that carries a
+Redis or Kubernetes API failure names the server it failed to reach, password masked. The
+failures are logged from many loops (heartbeats, leases, shard workers, the reflector), none of
+which knows the URL, and redis-py's ``repr`` of an error is only ``network:ConnectionError``.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Protocol
 
+from common.observability import RedactingFilter
 from common.runtime import long_lived_heap_gc
 
-__all__ = ["Runnable", "fail", "run_until_signalled"]
+__all__ = [
+    "FailureContext",
+    "Runnable",
+    "fail",
+    "name_failures_in_logs",
+    "run_until_signalled",
+]
 
 
 class Runnable(Protocol):
@@ -31,6 +44,65 @@ def fail(program: str, message: str) -> int:
     """Report a user mistake in one line; the exit status for it."""
     print(f"{program}: error: {message}", file=sys.stderr)
     return 2
+
+
+class _Described:
+    """A failure as a log argument: the same text for ``%s`` and ``%r``."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __str__(self) -> str:
+        return self._text
+
+    __repr__ = __str__
+
+
+class FailureContext(logging.Filter):
+    """Rewrites each log argument that is an exception of a known kind into ``Type: message
+    [where]``: ``where`` (e.g. ``Redis redis://:***@host:6379/0``) is looked up by exception
+    class, the first match in ``where``'s order wins. Records without such an argument pass
+    untouched. ``where`` must hold no secret (use ``common.redis_config.redacted_url``)."""
+
+    def __init__(self, where: Mapping[type[BaseException], str]) -> None:
+        super().__init__()
+        self._where = tuple(where.items())
+
+    def describe(self, error: BaseException) -> str | None:
+        for kind, where in self._where:
+            if isinstance(error, kind):
+                text = " ".join(str(error).split())
+                return (
+                    f"{type(error).__name__}: {text} [{where}]"
+                    if text
+                    else (f"{type(error).__name__} [{where}]")
+                )
+        return None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(arg, BaseException) for arg in args):
+            described = []
+            for arg in args:
+                text = self.describe(arg) if isinstance(arg, BaseException) else None
+                described.append(arg if text is None else _Described(text))
+            record.args = tuple(described)
+        return True
+
+
+def name_failures_in_logs(
+    redactor: RedactingFilter, where: Mapping[type[BaseException], str]
+) -> FailureContext:
+    """Install a :class:`FailureContext` on the log handler that ``redactor`` (what
+    ``common.observability.configure_logging`` returned) guards, ahead of the redactor, so the
+    added text is redacted too. Returns it (tests, or a second call's replacement)."""
+    context = FailureContext(where)
+    for handler in logging.getLogger().handlers:
+        if redactor in handler.filters:
+            handler.filters.insert(0, context)
+    return context
 
 
 def run_until_signalled(

@@ -73,13 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in SUBCOMMANDS:
         sub_parser = commands.add_parser(sub.name, help=sub.help, description=sub.help)
         sub.configure(sub_parser)
-        sub_parser.set_defaults(run=sub.run)
+        sub_parser.set_defaults(run=sub.run, subcommand_parser=sub_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse hands a subcommand's unknown arguments up to the top-level parser, whose usage
+    # says nothing about the subcommand's flags: report them with the subcommand's own usage.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        owner: argparse.ArgumentParser = getattr(args, "subcommand_parser", parser)
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
     if run is None:
         parser.print_help()

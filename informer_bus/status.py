@@ -34,6 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from common.publication import SYNCED_RV_FIELD
 from common.redis_config import (
     connection_kwargs,
     describe_redis_error,
@@ -41,6 +42,7 @@ from common.redis_config import (
     redacted_url,
     redis_client,
 )
+from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
     ServiceSettings,
@@ -169,6 +171,11 @@ class ResourceStatus:
     """Every shard is synced (see :attr:`ShardStatus.synced`)."""
     shards: tuple[ShardStatus, ...]
     processors: tuple[ProcessorStatus, ...]
+    has_reflector: bool
+    """A reflector leads the resource or has completed a list into it
+    (:mod:`common.publication`). ``False`` -- shown as "no reflector" -- when only processors
+    (waiting for one) or a subscriber's typo name it: nothing will ever arrive unless a
+    reflector is started with this resource, Redis URL and prefix."""
 
     @property
     def owned_shards(self) -> int:
@@ -369,7 +376,7 @@ def _shard_status(replies: _ShardReplies, now_ms: int) -> ShardStatus:
         owner=_text(replies.lease[0]),
         owner_epoch=_int(replies.lease[1]),
         rv=checkpoint.get("rv"),
-        synced="synced_rv" in checkpoint and not relisting,
+        synced=SYNCED_RV_FIELD in checkpoint and not relisting,
         relisting=relisting,
         stream_length=length,
         entries_added=_int(stream.get("entries-added")) if stream else None,
@@ -429,7 +436,7 @@ def _resource_status(
     rvs = [shard.rv for shard in shards]
     last_rv = None if not rvs or None in rvs else min((rv or "" for rv in rvs), key=_rv_order)
     listed = [
-        (_int(replies.checkpoint.get("synced_at")), replies.checkpoint.get("synced_rv"))
+        (_int(replies.checkpoint.get("synced_at")), replies.checkpoint.get(SYNCED_RV_FIELD))
         for replies in shard_replies
     ]
     stamped = [(at, rv) for at, rv in listed if at is not None]
@@ -449,6 +456,7 @@ def _resource_status(
         processors=_processors(
             ((str(m), float(score)) for m, score in members or ()), shards, now_ms, member_ttl
         ),
+        has_reflector=leader is not None or any(rv is not None for _, rv in listed),
     )
 
 
@@ -589,6 +597,14 @@ def _shard_ranges(shards: Sequence[int]) -> str:
 
 def render_resource(resource: ResourceStatus) -> list[str]:
     """The table lines of one resource (also the body of the demo's live view)."""
+    if not resource.has_reflector:
+        return [
+            f"resource {resource.resource}  (no reflector)",
+            f"  reflector leader  none: no reflector has ever published {resource.resource}: "
+            "nothing will arrive until one runs with this --resource, --redis-url and --prefix",
+            "",
+            *_processor_lines(resource),
+        ]
     lines = [f"resource {resource.resource}"]
     if resource.leader is None:
         leader = "none (no reflector leads: none runs, or its lease lapsed)"
@@ -631,8 +647,12 @@ def render_resource(resource: ResourceStatus) -> list[str]:
         rows,
     )
     lines.append("")
+    return lines + _processor_lines(resource)
+
+
+def _processor_lines(resource: ResourceStatus) -> list[str]:
     if resource.processors:
-        lines += _columns(
+        return _columns(
             ("PROCESSOR", "LIVE", "HEARTBEAT", "SHARDS"),
             (
                 (
@@ -644,9 +664,7 @@ def render_resource(resource: ResourceStatus) -> list[str]:
                 for p in resource.processors
             ),
         )
-    else:
-        lines.append("  no processors")
-    return lines
+    return ["  no processors"]
 
 
 def render_table(snapshot: StatusSnapshot) -> str:
@@ -689,8 +707,9 @@ class StatusSettings:
     prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
     resource: tuple[str, ...] = field(
         default=(),
-        metadata={"help": "resource id to show (pods, deployments.apps, ...); default: every "
-                  "resource found under the prefix", "metavar": "ID"},
+        metadata={"help": "resource id to show (pods, deployments.apps, or the reflector's "
+                  "--resource spec); default: every resource found under the prefix; one that "
+                  "only processors name shows as 'no reflector'", "metavar": "ID"},
     )  # fmt: skip
     output: str = field(
         default="table", metadata={"help": "table (for people) or json (for scripts)"}
@@ -707,6 +726,11 @@ class StatusSettings:
         if not self.member_ttl > 0:
             raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
         check_key_prefix(self.prefix)
+        try:  # an id, or a reflector --resource spec pasted as is: deployments.v1.apps
+            ids = tuple(dict.fromkeys(resource_id_from(text) for text in self.resource))
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        object.__setattr__(self, "resource", ids)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

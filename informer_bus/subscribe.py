@@ -30,14 +30,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import IO, Any, Final, Protocol, Self
-from urllib.parse import urlsplit
 
 import orjson
 import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.redis_config import connection_kwargs, describe_redis_error, is_cluster, redis_client
+from common.publication import read_publication
+from common.redis_config import (
+    connection_kwargs,
+    describe_redis_error,
+    is_cluster,
+    redacted_url,
+    redis_client,
+)
+from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
     ServiceSettings,
@@ -48,7 +55,6 @@ from common.settings import (
 )
 from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.wire import DeltaEnvelope, WireDecodeError, envelope_from_fields
-from reflector_svc.resources import ResourceSpec
 
 __all__ = [
     "FROM_BEGINNING",
@@ -83,6 +89,8 @@ _SOCKET_TIMEOUT_MARGIN: Final = 5.0
 _DEFAULT_BATCH: Final = 500
 _CLUSTER_POLL_SECONDS: Final = 0.05
 """How long a subscriber on a Redis Cluster waits after a read that found nothing new."""
+_REFLECTOR_POLL_SECONDS: Final = 0.5
+"""How often a subscriber waiting for a reflector (``wait=True``) looks again."""
 
 _STREAM_ID = re.compile(r"(0|[1-9][0-9]{0,19})(?:-(0|[1-9][0-9]{0,19}))?")
 _UINT64_MAX: Final = 2**64 - 1
@@ -187,13 +195,14 @@ def resource_id_of(resource: str) -> str:
 
     ``pods``, ``deployments.apps`` and ``pods@shop`` are ids already; ``deployments.v1.apps`` or
     ``pods@shop?labelSelector=app%3Dweb`` become ``deployments.apps`` and ``pods@shop``, so a
-    user can paste the reflector's ``--resource`` as is. Text that is no spec (publishers other
-    than the reflector may use any id) is taken verbatim.
+    user can paste the reflector's ``--resource`` as is. Text that is neither (``x!!bogus``)
+    raises :class:`SubscribeError`: no reflector could publish it (the rule of
+    :mod:`common.resource_ids`, the same for every tool).
     """
     try:
-        return ResourceSpec.parse(resource).resource_id
-    except ValueError:
-        return resource
+        return resource_id_from(resource)
+    except ValueError as exc:
+        raise SubscribeError(str(exc)) from None
 
 
 def _namespace_of(key: str) -> str:
@@ -212,17 +221,6 @@ def _text(value: bytes | str) -> str:
 def _id_order(entry_id: bytes | str) -> tuple[int, int]:
     ms, _, seq = _text(entry_id).partition("-")
     return int(ms), int(seq or 0)
-
-
-def _redis_location(url: str) -> str:
-    """``url`` without its credentials, fit for an error message."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "the configured Redis"
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _check_start(start: str) -> str:
@@ -309,6 +307,8 @@ class Subscription(Iterator[SubscribedDelta]):
         on_undecodable: Callable[[UndecodableEntry], None] | None = None,
         connection: Mapping[str, Any] | None = None,
         cluster: bool = False,
+        wait: bool = False,
+        on_waiting: Callable[[str], None] | None = None,
     ) -> None:
         self.resource = resource_id_of(resource)
         self.prefix = prefix
@@ -336,7 +336,7 @@ class Subscription(Iterator[SubscribedDelta]):
                 **(connection or {}),
             )
             self._owns_client = True
-            self._where = _redis_location(client_or_url)
+            self._where = redacted_url(client_or_url)
         else:
             self._client = client_or_url
             self._owns_client = False
@@ -344,11 +344,14 @@ class Subscription(Iterator[SubscribedDelta]):
             self._block_ms = self._block_for(client_or_url, block_ms)
         self._cluster = is_cluster(self._client)
         try:
-            self.shard_count = shard_count or self._discover()
+            self.shard_count, waited = self._find_shards(shard_count, wait, on_waiting)
             self.shards = tuple(
                 ShardKeys(prefix, self.resource, shard) for shard in range(self.shard_count)
             )
-            self._positions = self._start_positions(start)
+            # Nothing was published when we were called: "from now" is every entry to come.
+            self._positions = self._start_positions(
+                FROM_BEGINNING if waited and start == FROM_NOW else start
+            )
         except BaseException:
             self.close()
             raise
@@ -373,15 +376,55 @@ class Subscription(Iterator[SubscribedDelta]):
             )
         return block_ms
 
-    def _discover(self) -> int:
-        count = discover_shard_count(self._client, self.prefix, self.resource)
-        if count:
-            return count
+    def _find_shards(
+        self, shard_count: int | None, wait: bool, on_waiting: Callable[[str], None] | None
+    ) -> tuple[int, bool]:
+        """The shard count, once something publishes the resource; and whether we waited.
+
+        Published means a reflector leads it or has listed it, or some shard stream has
+        entries (any publisher): empty streams with no reflector behind them (processors of
+        older versions created them) would be read forever, silently. Without ``wait`` that
+        raises :class:`SubscribeError`; with it, ``on_waiting`` hears why once and we look
+        again every half second until then, or until ``stop`` is set (0 shards).
+        """
+        waited = False
+        while True:
+            count = shard_count or discover_shard_count(self._client, self.prefix, self.resource)
+            if count and self._published(count):
+                return count, waited
+            why = self._unpublished_message(count)
+            if not wait:
+                raise SubscribeError(why + "; --wait waits for one")
+            if not waited and on_waiting is not None:
+                on_waiting(why)
+            waited = True
+            if self._stop is not None and self._stop.is_set():
+                return 0, waited
+            time.sleep(_REFLECTOR_POLL_SECONDS)
+
+    def _published(self, shard_count: int) -> bool:
+        publication = read_publication(
+            self._client, prefix=self.prefix, resource=self.resource, shard_count=shard_count
+        )
+        if publication.has_reflector:
+            return True
+        with self._client.pipeline(transaction=False) as pipe:
+            for shard in range(shard_count):
+                pipe.xlen(ShardKeys(self.prefix, self.resource, shard).stream)
+            lengths: list[int] = pipe.execute()
+        return any(lengths)
+
+    def _unpublished_message(self, shard_count: int) -> str:
         looked_for = ShardKeys(self.prefix, self.resource, 0).stream.replace(":0}", ":*}")
-        raise SubscribeError(
-            f"no shard streams for resource {self.resource!r} in {self._where}: looked for "
-            f"{looked_for} (and its :checkpoint keys); is a reflector publishing it to this Redis "
-            "with this key prefix (--redis-url, --prefix)?"
+        found = (
+            f"its {shard_count} shard streams are empty and no reflector leads or has listed it"
+            if shard_count
+            else f"looked for {looked_for} and its :checkpoint keys"
+        )
+        return (
+            f"no reflector has published resource {self.resource!r} under prefix "
+            f"{self.prefix!r} in {self._where} ({found}): is one running with this --resource, "
+            "--redis-url and --prefix?"
         )
 
     def _start_positions(self, start: str) -> dict[str, str]:
@@ -502,6 +545,8 @@ def subscribe(
     on_undecodable: Callable[[UndecodableEntry], None] | None = None,
     connection: Mapping[str, Any] | None = None,
     cluster: bool = False,
+    wait: bool = False,
+    on_waiting: Callable[[str], None] | None = None,
 ) -> Subscription:
     """Iterate over ``resource``'s deltas from every shard, as the reflector publishes them.
 
@@ -518,14 +563,18 @@ def subscribe(
     TLS for a URL (``common.redis_config.connection_kwargs``). ``cluster``: the URL names a
     node of a Redis Cluster (a client given instead is recognised by its type); there the
     shards are polled every 50 ms when idle, since one blocking XREAD cannot span slots.
+    ``wait``: when no reflector has published the resource yet, wait for one (calling
+    ``on_waiting`` once with the reason) instead of raising; the deltas then start with the
+    first one published (``start=FROM_NOW`` meant "from the call").
 
     Order: every delta of one object is on one shard and arrives in stream order, which is the
     order that matters. Across shards the deltas are merged by entry ID within each read, so
     they come roughly in publishing order; that is best effort, not a guarantee.
 
-    Raises :class:`SubscribeError` for a mistake (no streams for the resource, bad ``start``,
-    unknown type) and redis-py's errors when Redis cannot be reached. Use it as a context
-    manager, or call ``close()``, to release the connection.
+    Raises :class:`SubscribeError` for a mistake (a malformed resource, one no reflector has
+    published while ``wait`` is false, bad ``start``, unknown type) and redis-py's errors when
+    Redis cannot be reached. Use it as a context manager, or call ``close()``, to release the
+    connection.
     """
     return Subscription(
         client_or_url,
@@ -540,6 +589,8 @@ def subscribe(
         on_undecodable=on_undecodable,
         connection=connection,
         cluster=cluster,
+        wait=wait,
+        on_waiting=on_waiting,
     )
 
 
@@ -583,7 +634,11 @@ class SubscribeSettings:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Ctrl-C stops it; so does closing its output (| head). The --redis-* flags and "
+        HELP + " Ctrl-C stops it; so does closing its output (| head). A resource no reflector "
+        "has published under the prefix is an error (exit 2, one line saying so) unless --wait "
+        "is given: then one line on stderr says what it waits for, and the deltas start with "
+        "the first one published. Exit status: 0 when stopped or done (--count), 1 when Redis "
+        "is lost, 2 for a mistake, 130 on Ctrl-C. The --redis-* flags and "
         "--prefix can also be set with the INFORMER_BUS_<NAME> environment variable shown in "
         "their help."
     )
@@ -624,6 +679,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "default json",
     )
     parser.add_argument("--count", metavar="N", help="stop after N deltas (after filtering)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="if no reflector has published RESOURCE yet, wait for one (saying so on stderr) "
+        "instead of exiting with status 2",
+    )
     parser.add_argument(
         "--shards",
         "--shard-count",
@@ -725,6 +786,10 @@ def _warn_undecodable(entry: UndecodableEntry) -> None:
     )
 
 
+def _say_waiting(why: str) -> None:
+    print(f"{PROGRAM}: waiting: {why}", file=sys.stderr, flush=True)
+
+
 _TABLE_HEADER: Final = f"{'TIME':<24}  {'SHARD':>5}  {'TYPE':<8}  {'KEY':<48}  RESOURCEVERSION"
 
 
@@ -780,12 +845,14 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             on_undecodable=_warn_undecodable,
             connection=connection,
             cluster=settings.redis_cluster,
+            wait=args.wait,
+            on_waiting=_say_waiting,
         )
     except SubscribeError as exc:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
-        return fail(PROGRAM, f"cannot read {_redis_location(settings.redis_url)}: {reason}")
+        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis_url)}: {reason}")
     with subscription:
         try:
             _print_deltas(itertools.islice(subscription, options.count), options.output)

@@ -12,14 +12,17 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+import redis
+
 from common.observability import configure_logging
 from common.plugins import PluginError
 from common.redis_config import (
     check_redis_access,
     command_line_password_warning,
+    redacted_url,
     redis_secrets,
 )
-from common.service_runner import fail, run_until_signalled
+from common.service_runner import fail, name_failures_in_logs, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ENV_PREFIX, ProcessorSettings
@@ -35,8 +38,11 @@ PROGRAM = "informer-bus processor"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Every flag can also be set with the INFORMER_BUS_<NAME> environment variable "
-        "shown in its help; flags win over the environment."
+        HELP + " Until a reflector has completed a list of --resource under --prefix, a "
+        "processor waits for it (it may start first): /readyz answers 503 with the reason, one "
+        "warning says what it waits for, and no shard is taken. Every flag can also be set "
+        "with the INFORMER_BUS_<NAME> environment variable shown in its help; flags win over "
+        "the environment."
     )
     add_flags(parser, ProcessorSettings, ENV_PREFIX)
 
@@ -44,7 +50,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
-        configure_logging(settings.log_level, settings.log_json, redact=redis_secrets(settings))
+        redactor = configure_logging(
+            settings.log_level, settings.log_json, redact=redis_secrets(settings)
+        )
+        name_failures_in_logs(
+            redactor, {redis.RedisError: f"Redis {redacted_url(settings.redis_url)}"}
+        )
         warning = command_line_password_warning(args.redis_url)
         if warning is not None:
             logging.getLogger(__name__).warning(warning)

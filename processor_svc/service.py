@@ -8,6 +8,13 @@ applies its stream, fanning notifications out through one
 (acknowledging what the handlers finished) before its lease is released, so two processors
 never apply one shard at once.
 
+**Waiting for a reflector**: a processor may start before the reflector of its resource (deploy
+order is free), or for a resource no reflector publishes (``pod`` for ``pods``). Empty shard
+streams would then look like a resource without objects, so the processor takes no shard, writes
+no shard key and is not ready until a reflector has completed a list into every shard
+(:mod:`common.publication`). Meanwhile it heartbeats into the membership, so ``status`` shows it
+waiting; one warning names the resource, the key prefix and Redis; ``/readyz`` gives the reason.
+
 Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
 running finish within the grace period, acknowledge what completed, release every lease at once
 (the other processors take over without waiting for expiry), leave the membership, and join
@@ -19,14 +26,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
+import redis
 from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
+from common.publication import SYNCED_RV_FIELD, Publication, read_publication
+from common.redis_config import redacted_url
 from common.service_clients import service_clients
 from common.sharding import ShardKeys
 from processor_svc.dispatch import HandlerDispatcher
@@ -40,6 +51,7 @@ from processor_svc.handlers import (
     stop_handlers,
 )
 from processor_svc.lister import ShardedLister
+from processor_svc.membership import Membership
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.ownership import ShardOwnership
 from processor_svc.settings import ProcessorSettings
@@ -50,6 +62,11 @@ __all__ = ["ProcessorService"]
 log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
+_PUBLICATION_POLL = 0.5
+"""Seconds between two looks for the reflector's first list while waiting for it (shorter when
+the heartbeat interval is: each look also heartbeats)."""
+_REDIS_LOG_INTERVAL = 30.0
+"""While Redis is unreachable before the first list, one warning per this many seconds."""
 
 
 class ProcessorService:
@@ -117,6 +134,21 @@ class ProcessorService:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
+        # Heartbeats while waiting for the reflector (ShardOwnership heartbeats afterwards).
+        self._membership = Membership(
+            self.lease_redis,
+            prefix=settings.prefix,
+            resource=self.resource,
+            member_id=self.member_id,
+            ttl=settings.member_ttl,
+        )
+        self._published = threading.Event()
+        self._waiting_for = f"looking for the reflector of {self._where()}"
+        self._ownership_lock = threading.Lock()
+        self._ownership_started = False
+        self._gate = threading.Thread(
+            target=self._wait_for_publication, name=f"processor-publication[{self.resource}]"
+        )
         self._workers: dict[int, ShardWorker] = {}
         self._workers_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -138,7 +170,7 @@ class ProcessorService:
         self._server.start()
         start_handlers(self._handler_objects)
         self.dispatcher.start()
-        self.ownership.start()
+        self._gate.start()
         self._supervisor.start()
         log.info(
             "processor %s started for %s; metrics and probes on %s",
@@ -154,7 +186,14 @@ class ProcessorService:
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
-        self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
+        if self._gate.is_alive():
+            self._gate.join()
+        with self._ownership_lock:
+            started = self._ownership_started
+        if started:
+            self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
+        elif self._gate.ident is not None:
+            self._leave_membership()
         left = self.dispatcher.stop(self.settings.shutdown_grace)
         if any(left.values()):
             log.warning("handlers did not finish within the grace period: %s", left)
@@ -173,6 +212,130 @@ class ProcessorService:
         if self._server is None:
             raise RuntimeError("the service is not started")
         return self._server.url
+
+    # --- waiting for the reflector -----------------------------------------------------------
+
+    @property
+    def published(self) -> bool:
+        """A reflector has completed a list into every shard: the shards are being taken over."""
+        return self._published.is_set()
+
+    def _where(self) -> str:
+        return (
+            f"resource {self.resource!r} under key prefix {self.settings.prefix!r} in "
+            f"{redacted_url(self.settings.redis_url)}"
+        )
+
+    def _wait_for_publication(self) -> None:
+        """Until every shard holds a reflector's complete list: heartbeat, look, wait. Then
+        start taking shards over. Runs on its own thread so that :meth:`start` returns at once
+        and ``/healthz`` answers while Redis or the reflector is still missing."""
+        poll = min(_PUBLICATION_POLL, self.settings.heartbeat_interval)
+        warned = False
+        failures = 0
+        last_failure_log: float | None = None
+        while not self._stopping.is_set():
+            try:
+                publication = read_publication(
+                    self.lease_redis,
+                    prefix=self.settings.prefix,
+                    resource=self.resource,
+                    shard_count=self.settings.shard_count,
+                )
+                if publication.complete:
+                    self._check_shard_count(publication)
+                    break
+                self._membership.heartbeat()  # so that status lists us as waiting
+            except redis.RedisError as exc:
+                failures += 1
+                self._waiting_for = f"cannot read Redis at {redacted_url(self.settings.redis_url)}"
+                now = time.monotonic()
+                if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
+                    last_failure_log = now
+                    log.warning(
+                        "%s: looking for its reflector failed, retrying: %s: %s [Redis %s]",
+                        self.resource,
+                        type(exc).__name__,
+                        " ".join(str(exc).split()),
+                        redacted_url(self.settings.redis_url),
+                    )
+                self._stopping.wait(poll)
+                continue
+            if failures:
+                log.info("%s: Redis reachable again after %d failed calls", self.resource, failures)
+                failures, last_failure_log = 0, None
+            self._waiting_for = self._waiting_reason(publication)
+            if not warned:
+                warned = True
+                log.warning(
+                    "%s; not ready until a reflector completes a list into every shard%s",
+                    self._waiting_for,
+                    self._did_you_mean(),
+                )
+            self._stopping.wait(poll)
+        with self._ownership_lock:
+            if self._stopping.is_set():
+                return
+            self._published.set()
+            self._ownership_started = True
+            self.ownership.start()
+        if warned:
+            log.info("a reflector has published %s; taking shards over", self._where())
+
+    def _check_shard_count(self, publication: Publication) -> None:
+        """A reflector with a larger ``--shard-count`` publishes shards no processor of ours
+        reads: those objects would silently never reach a handler."""
+        if publication.listed_beyond:
+            log.error(
+                "a reflector has listed more than %d shards of %s: shards from %d on will never "
+                "be processed; give every processor the reflector's --shard-count",
+                self.settings.shard_count,
+                self._where(),
+                self.settings.shard_count,
+            )
+
+    def _waiting_reason(self, publication: Publication) -> str:
+        if not publication.listed_shards:
+            if publication.leader:
+                return f"waiting for the first list of {self._where()}: a reflector leads it"
+            return f"no reflector has published {self._where()}"
+        missing = publication.unlisted_shards
+        return (
+            f"waiting for a reflector to list every shard of {self._where()}: shards "
+            f"{_ranges(missing)} of {publication.shard_count} have no completed list (is the "
+            f"reflector's --shard-count {publication.shard_count}, like this processor's?)"
+        )
+
+    def _did_you_mean(self) -> str:
+        """The published resource this one is likely a typo of (``pod`` for ``pods``). Only the
+        singular/plural neighbours are tried, each with one ``HGET``: a processor's minimal ACL
+        allows no ``SCAN`` (best effort: it only decorates one warning)."""
+        name, at, rest = self.resource.partition("@")
+        plural, dot, group = name.partition(".")
+        stems = {plural + "s", plural + "es", plural.removesuffix("s"), plural.removesuffix("es")}
+        candidates = sorted(
+            f"{stem}{dot}{group}{at}{rest}" for stem in stems if stem and stem != plural
+        )
+        try:
+            pipe = self.lease_redis.pipeline(transaction=False)
+            for candidate in candidates:
+                pipe.hget(ShardKeys(self.settings.prefix, candidate, 0).checkpoint, SYNCED_RV_FIELD)
+            found = [c for c, rv in zip(candidates, pipe.execute(), strict=True) if rv is not None]
+        except (redis.RedisError, ValueError):
+            return ""
+        return f" (did you mean {' or '.join(found)}? it is published)" if found else ""
+
+    def _leave_membership(self) -> None:
+        try:
+            self._membership.leave()
+        except redis.RedisError as exc:
+            log.warning(
+                "%s: could not leave the members: %s: %s [Redis %s]",
+                self.resource,
+                type(exc).__name__,
+                " ".join(str(exc).split()),
+                redacted_url(self.settings.redis_url),
+            )
 
     # --- shards ---------------------------------------------------------------------------
 
@@ -254,6 +417,8 @@ class ProcessorService:
 
     def is_synced(self) -> bool:
         """Every owned shard delivered its initial list (and at least one shard is owned)."""
+        if not self.published:
+            return False
         owned = self.owned_shards()
         return bool(owned) and all(self.lister.has_synced(shard) for shard in owned)
 
@@ -275,7 +440,10 @@ class ProcessorService:
 
     def readyz(self) -> tuple[bool, str]:
         """Ready when every owned shard is synced; owning nothing (more processors than
-        shards, or before the first assignment) is not ready."""
+        shards, or before the first assignment) is not ready, and neither is waiting for the
+        reflector's first list."""
+        if not self.published:
+            return False, self._waiting_for
         owned = self.owned_shards()
         if not owned:
             return False, "owns no shard yet"
@@ -283,3 +451,14 @@ class ProcessorService:
         if waiting:
             return False, f"syncing shards {waiting}"
         return True, f"owns shards {owned}"
+
+
+def _ranges(shards: Sequence[int]) -> str:
+    """``0-3,7``: a shard list short enough for one log line."""
+    runs: list[list[int]] = []
+    for shard in sorted(shards):
+        if runs and runs[-1][-1] == shard - 1:
+            runs[-1].append(shard)
+        else:
+            runs.append([shard])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

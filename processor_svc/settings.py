@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
+from common.resource_ids import check_resource_id
 from common.settings import ServiceSettings, SettingsError
 from common.wire import DEFAULT_MAX_BYTES
 
@@ -92,5 +93,7 @@ class ProcessorSettings(ServiceSettings):
             )
         if not self.heartbeat_interval < self.member_ttl:
             raise SettingsError("heartbeat_interval must be shorter than member_ttl")
-        if not self.resource or any(c in self.resource for c in "{} \t"):
-            raise SettingsError(f"invalid resource id {self.resource!r}")
+        try:
+            check_resource_id(self.resource)  # the rule the reflector names its keys by
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None

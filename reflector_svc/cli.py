@@ -11,17 +11,20 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+import redis
+
 from common.observability import configure_logging
 from common.plugins import PluginError
 from common.redis_config import (
     check_redis_access,
     command_line_password_warning,
+    redacted_url,
     redis_secrets,
 )
-from common.service_runner import fail, run_until_signalled
+from common.service_runner import fail, name_failures_in_logs, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
 from reflector_svc.kube import KubeError
-from reflector_svc.resources import UnknownResourceError
+from reflector_svc.resources import ResourceSpec, UnknownResourceError
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ENV_PREFIX, ReflectorSettings
 
@@ -49,12 +52,23 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(ReflectorSettings, ENV_PREFIX, args)
         if not settings.resource:
             raise SettingsError("give at least one --resource (e.g. --resource pods)")
-        configure_logging(settings.log_level, settings.log_json, redact=redis_secrets(settings))
+        for spec in settings.resource:  # before connecting anything: a typo is no outage
+            ResourceSpec.parse(spec)
+        redactor = configure_logging(
+            settings.log_level, settings.log_json, redact=redis_secrets(settings)
+        )
         warning = command_line_password_warning(args.redis_url)
         if warning is not None:
             logging.getLogger(__name__).warning(warning)
         check_redis_access(settings)  # wrong credentials or TLS: one line and exit 2, no retries
         service = ReflectorService(settings)
+        name_failures_in_logs(
+            redactor,
+            {
+                redis.RedisError: f"Redis {redacted_url(settings.redis_url)}",
+                KubeError: f"Kubernetes API {redacted_url(service.api_client.configuration.host)}",
+            },
+        )
     except (SettingsError, PluginError, UnknownResourceError, KubeError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
     return run_until_signalled(service, program=PROGRAM)

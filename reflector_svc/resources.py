@@ -2,7 +2,8 @@
 
 A resource is configured as text (flags, env vars), kubectl-style, because operators already
 know that syntax: ``pods``, ``deployments.v1.apps``, ``widgets.example.com@shop``,
-``pods@shop?labelSelector=app%3Dweb``. :func:`resolve` turns it into a URL path and a kind by
+``pods@shop?labelSelector=app%3Dweb`` (:class:`~common.resource_ids.ResourceSpec`, the syntax
+every informer-bus tool checks names with). :func:`resolve` turns it into a URL path and a kind by
 reading the discovery documents as raw JSON (``orjson``): the ``kubernetes`` client's typed
 discovery builds model objects for every resource of every group, which is slow and pointless
 when we need one entry.
@@ -11,11 +12,10 @@ when we need one entry.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
 
+from common.resource_ids import SPEC_SYNTAX, ResourceSpec
 from reflector_svc.kube import (
     ApiStatusError,
     UnknownResourceError,
@@ -26,128 +26,8 @@ __all__ = ["ResolvedResource", "ResourceSpec", "UnknownResourceError", "resolve"
 # UnknownResourceError is defined with the other API errors in reflector_svc.kube and
 # re-exported here, where callers of resolve() look for it.
 
-SYNTAX = (
-    "PLURAL[.VERSION][.GROUP][@NAMESPACE][?labelSelector=...&fieldSelector=...] "
-    "(e.g. pods, pods.v1, deployments.v1.apps, widgets.example.com@shop, "
-    "pods@shop?labelSelector=app%3Dweb)"
-)
-"""The accepted syntax, quoted in every parse error."""
-
-_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-_PLURAL_RE = re.compile(_LABEL)
-_NAMESPACE_RE = re.compile(_LABEL)
-_GROUP_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
-# Kubernetes API versions follow this convention (v1, v2beta1, v1alpha3); it is what tells the
-# version segment of ``deployments.v1.apps`` apart from the first label of a group.
-_VERSION_RE = re.compile(r"v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?")
-_QUERY_KEYS = ("labelSelector", "fieldSelector")
-_MAX_NAMESPACE = 63
-_MAX_GROUP = 253
-
-
-def _bad(text: str, why: str) -> ValueError:
-    return ValueError(f"invalid resource {text!r}: {why}; expected {SYNTAX}")
-
-
-@dataclass(frozen=True)
-class ResourceSpec:
-    """One resource to reflect, as configured (before discovery).
-
-    ``version`` is ``None`` when the preferred version must be found by discovery. ``group`` is
-    ``""`` for the core group (pods, configmaps, ...). ``namespace`` is ``None`` to watch all
-    namespaces.
-    """
-
-    plural: str
-    version: str | None = None
-    group: str = ""
-    namespace: str | None = None
-    label_selector: str | None = None
-    field_selector: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ResourceSpec:
-        """Parse kubectl-like text; ``ValueError`` (one line, quoting the syntax) when invalid."""
-        if not isinstance(text, str) or not text or text != text.strip():
-            raise _bad(str(text), "empty or surrounded by whitespace")
-        head, sep, query = text.partition("?")
-        if sep and not query:
-            raise _bad(text, "empty query after '?'")
-        resource, at, namespace = head.partition("@")
-        if at:
-            if not namespace:
-                raise _bad(text, "empty namespace after '@'")
-            if len(namespace) > _MAX_NAMESPACE or not _NAMESPACE_RE.fullmatch(namespace):
-                raise _bad(text, f"namespace {namespace!r} is not a DNS label")
-        parts = resource.split(".")
-        plural = parts[0]
-        if not _PLURAL_RE.fullmatch(plural):
-            raise _bad(text, f"resource name {plural!r} is not a lowercase DNS label")
-        version: str | None = None
-        rest = parts[1:]
-        if rest and _VERSION_RE.fullmatch(rest[0]):
-            version, rest = rest[0], rest[1:]
-        group = ".".join(rest)
-        if rest and (len(group) > _MAX_GROUP or not _GROUP_RE.fullmatch(group)):
-            raise _bad(text, f"API group {group!r} is not a DNS subdomain")
-        selectors = _parse_query(text, query) if sep else {}
-        return cls(
-            plural=plural,
-            version=version,
-            group=group,
-            namespace=namespace if at else None,
-            label_selector=selectors.get("labelSelector"),
-            field_selector=selectors.get("fieldSelector"),
-        )
-
-    @property
-    def resource_id(self) -> str:
-        """``plural[.group][@namespace]``: the name of this resource in Redis keys.
-
-        The version is left out on purpose: upgrading ``v1beta1`` to ``v1`` serves the same
-        objects, so it must keep the same streams and checkpoints. Parsing guarantees the id
-        holds no ``{``, ``}`` or whitespace (it sits inside a Redis Cluster hash tag).
-        """
-        rid = f"{self.plural}.{self.group}" if self.group else self.plural
-        return f"{rid}@{self.namespace}" if self.namespace else rid
-
-    def __str__(self) -> str:
-        parts = [self.plural]
-        if self.version:
-            parts.append(self.version)
-        if self.group:
-            parts.append(self.group)
-        text = ".".join(parts)
-        if self.namespace:
-            text += f"@{self.namespace}"
-        query = [
-            f"{key}={value}"
-            for key, value in (
-                ("labelSelector", self.label_selector),
-                ("fieldSelector", self.field_selector),
-            )
-            if value
-        ]
-        return text + ("?" + "&".join(query) if query else "")
-
-
-def _parse_query(text: str, query: str) -> dict[str, str]:
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
-        raise _bad(text, f"malformed query {query!r}") from None
-    found: dict[str, str] = {}
-    for key, value in pairs:
-        if key not in _QUERY_KEYS:
-            raise _bad(text, f"unknown query parameter {key!r} (only {' and '.join(_QUERY_KEYS)})")
-        if key in found:
-            raise _bad(text, f"{key} given twice")
-        if not value.strip():
-            raise _bad(text, f"empty {key}")
-        if any(ch in value for ch in "\r\n\0"):
-            raise _bad(text, f"{key} contains a control character")
-        found[key] = value
-    return found
+SYNTAX = SPEC_SYNTAX
+"""The accepted syntax, quoted in every parse error (the rule itself is in ``common``)."""
 
 
 @dataclass(frozen=True)

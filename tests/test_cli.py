@@ -37,3 +37,39 @@ def test_console_script_is_installed() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "informer_bus.cli:main" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["processor", "--bogus"],
+        ["reflector", "--resource", "pods", "--bogus"],
+        ["status", "--nope"],
+        ["subscribe", "pods", "--bogus"],
+        ["subscribe", "pods", "extra"],
+        ["demo", "--bogus"],
+        ["apiserver-sim", "--bogus"],
+    ],
+)
+def test_an_unknown_argument_shows_the_subcommands_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: informer-bus {argv[0]} ")
+    assert err.rstrip().endswith(
+        f"informer-bus {argv[0]}: error: unrecognized arguments: {argv[-1]}"
+    )
+
+
+def test_an_unknown_top_level_flag_shows_the_top_level_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--nope"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: informer-bus [-h]")
+    assert err.rstrip().endswith("informer-bus: error: unrecognized arguments: --nope")

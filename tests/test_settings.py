@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
+from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
 from common.settings import SettingsError, add_flags, load_settings, settings_from_args
+from processor_svc.settings import ProcessorSettings
 
 PREFIX = "INFORMER_BUS_TEST_"
 
@@ -92,3 +95,38 @@ def test_service_settings_are_shared_and_validated_once() -> None:
             cls(shard_count=0)
         with pytest.raises(SettingsError, match="prefix"):
             cls(prefix="a{b")
+
+
+@pytest.mark.parametrize("text", ["pods", "deployments.apps", "widgets.example.com@shop", "a-1"])
+def test_a_resource_id_is_what_a_reflector_names_its_keys(text: str) -> None:
+    assert check_resource_id(text) == text == resource_id_from(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("x!!bogus", "resource name 'x!!bogus' is not a lowercase DNS label"),
+        ("Pods", "resource name 'Pods' is not a lowercase DNS label"),
+        ("pods@", "empty namespace after '@'"),
+        ("po ds", "resource name 'po ds' is not a lowercase DNS label"),
+        ("{pods}", "resource name '{pods}' is not a lowercase DNS label"),
+    ],
+)
+def test_every_tool_refuses_a_malformed_resource_for_the_same_reason(
+    text: str, reason: str
+) -> None:
+    """The processor (ids), the reflector and the reading tools (specs) share one rule."""
+    for check in (check_resource_id, resource_id_from, ResourceSpec.parse):
+        with pytest.raises(ValueError, match=re.escape(f"invalid resource {text!r}: {reason}")):
+            check(text)
+    with pytest.raises(SettingsError, match=re.escape(reason)):
+        ProcessorSettings(resource=text)
+
+
+def test_a_spec_is_a_readers_resource_but_no_services_id() -> None:
+    assert resource_id_from("deployments.v1.apps") == "deployments.apps"
+    assert resource_id_from("pods@shop?labelSelector=app%3Dweb") == "pods@shop"
+    with pytest.raises(ValueError, match=r"the id of this spec is 'deployments\.apps'"):
+        check_resource_id("deployments.v1.apps")
+    with pytest.raises(SettingsError, match="the id of this spec is 'pods@shop'"):
+        ProcessorSettings(resource="pods@shop?labelSelector=app%3Dweb")

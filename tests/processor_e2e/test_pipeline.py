@@ -257,7 +257,7 @@ def test_a_takeover_redelivers_the_shard_as_an_initial_list(pipeline: Pipeline) 
 def test_bad_settings_are_refused_with_one_line() -> None:
     with pytest.raises(SettingsError, match="renew_deadline"):
         ProcessorSettings(lease_duration=2.0, renew_deadline=3.0)
-    with pytest.raises(SettingsError, match="invalid resource id"):
+    with pytest.raises(SettingsError, match="invalid resource 'po ds'"):
         ProcessorSettings(resource="po ds")
 
 

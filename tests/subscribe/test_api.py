@@ -116,7 +116,8 @@ def test_shard_discovery_override_and_resource_specs(
     apps.publish(added("ns/web", "7"))
     assert resource_id_of("deployments.v1.apps") == "deployments.apps"
     assert resource_id_of("pods@shop?labelSelector=app%3Dweb") == "pods@shop"
-    assert resource_id_of("Not_A_Spec") == "Not_A_Spec"
+    with pytest.raises(SubscribeError, match="'Not_A_Spec' is not a lowercase DNS label"):
+        resource_id_of("Not_A_Spec")  # the reflector's rule: no reflector could publish it
     with subscribe(
         redis_client, "deployments.v1.apps", start=FROM_BEGINNING, stop=Deadline(1), block_ms=100
     ) as deltas:

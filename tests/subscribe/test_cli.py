@@ -164,7 +164,7 @@ def test_unknown_resource_and_unreachable_redis_are_one_line_errors(
     line = one_line_error(
         run_command(SUBSCRIBE, "pods", "--redis-url", "redis://:secret@127.0.0.1:1/0"), PROGRAM
     )
-    assert "redis://127.0.0.1:1/0" in line
+    assert "redis://:***@127.0.0.1:1/0" in line  # common.redis_config.redacted_url, as everywhere
     assert "secret" not in line
 
 
