@@ -1,4 +1,4 @@
-"""Running a service in the foreground until SIGTERM or Ctrl-C, the same way for every service.
+"""Running a service in the foreground until SIGTERM, SIGHUP or Ctrl-C, the same way for all.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback; a clean stop
 exits 0. Signals only set a flag: the main thread then stops the service, which drains, acks,
@@ -112,7 +112,7 @@ def run_until_signalled(
     on_started: Callable[[], None] | None = None,
     listen_address: str | None = None,
 ) -> int:
-    """Start ``service``, wait for SIGTERM/SIGINT, stop it; returns the exit status.
+    """Start ``service``, wait for SIGTERM, SIGHUP or SIGINT, stop it; returns the exit status.
 
     ``on_started`` runs once the service is up (e.g. to print a readiness line);
     ``listen_address`` names what could not be bound when starting fails.
@@ -122,7 +122,7 @@ def run_until_signalled(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
+    previous = {signum: signal.signal(signum, on_signal) for signum in _stop_signals()}
     try:
         try:
             service.start()
@@ -138,6 +138,17 @@ def run_until_signalled(
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         service.stop()
     return 0
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """SIGTERM (an orchestrator's stop) and SIGHUP (the terminal of a service started by hand
+    closed): both stop the service cleanly, as Ctrl-C does. A hangup that is ignored already
+    (``nohup``) stays ignored: whoever started the service asked it to outlive the terminal."""
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    return signals

@@ -2,7 +2,7 @@
 
 Flags come from :class:`~processor_svc.settings.ProcessorSettings`; a user mistake (a bad flag
 value, a handler reference that cannot be loaded) ends with one line on stderr and exit status
-2, never a traceback. SIGTERM and Ctrl-C drain the handlers, acknowledge and hand the shards
+2, never a traceback. SIGTERM, SIGHUP and Ctrl-C drain the handlers, acknowledge and hand the shards
 over at once (exit 0).
 """
 

@@ -2,7 +2,7 @@
 
 Flags come from :class:`~reflector_svc.settings.ReflectorSettings`; a user mistake (a bad
 flag value, an unknown resource, an unreadable kubeconfig) ends with one line on stderr and
-exit status 2, never a traceback. SIGTERM and Ctrl-C stop it cleanly (exit 0).
+exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (exit 0).
 """
 
 from __future__ import annotations
