@@ -50,7 +50,7 @@ layers: install
 
 # Two workers, one test module each at a time: most e2e tests wait on processes, leases and
 # sockets, so two at once finish in about 60 % of the time on 2 cores.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=20
 unit: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
