@@ -269,8 +269,16 @@ class _ShardView:
     delivered: str
     """The group's last-delivered ID."""
     entries_read: int | None
-    """The group's count of entries up to ``delivered`` (``None`` when Redis lost track)."""
+    """The group's count of entries up to ``delivered`` (``None`` when Redis lost track).
+    Can be stale after Redis reloads its AOF: before 7.4 (redis/redis#12898) ``XREADGROUP``
+    is written there as ``XCLAIM ... LASTID``, which moves ``delivered`` but keeps the count
+    the last ``XGROUP SETID ... ENTRIESREAD`` set (our takeover's commit)."""
     pending: int
+    length: int
+    first_id: str | None
+    """The first entry still in the stream (``None`` when it is empty)."""
+    max_deleted: str
+    """The highest ID ``XDEL`` removed (``"0-0"``: none, or Redis does not say)."""
 
 
 class _Forwarder:
@@ -662,6 +670,7 @@ class ShardWorker:
         entries_read = group.get("entries-read")
         if delivered == "0-0":
             entries_read = 0  # nothing delivered yet, whatever Redis reports
+        first = info.get("first-entry")  # (ID, fields); [ID, fields] from a Cluster transaction
         return _ShardView(
             objects=objects,
             last_id=_text(info["last-generated-id"]),
@@ -669,6 +678,9 @@ class ShardWorker:
             delivered=delivered,
             entries_read=_int_or_none(entries_read),
             pending=int(pending_count),
+            length=int(info["length"]),
+            first_id=None if first is None else _text(first[0]),
+            max_deleted=_text(info.get("max-deleted-entry-id") or b"0-0"),
         )
 
     def _load_snapshot(self, objects: Mapping[bytes, bytes], dead: list[_DeadLetter]) -> list[str]:
@@ -751,11 +763,8 @@ class ShardWorker:
 
     def _report_gap(self, view: _ShardView, trimmed_pending: int, undelivered: int) -> None:
         """Log and count unacknowledged entries that retention removed before we could read
-        them: pending IDs without an entry, and fewer entries after the group's position than
-        were ever added after it (``entries-added - entries-read``, when Redis knows both)."""
-        trimmed_undelivered = 0
-        if view.entries_added is not None and view.entries_read is not None:
-            trimmed_undelivered = max(0, view.entries_added - view.entries_read - undelivered)
+        them: pending IDs without an entry, and undelivered ones (:func:`_trimmed_undelivered`)."""
+        trimmed_undelivered = _trimmed_undelivered(view, undelivered)
         if not (trimmed_pending or trimmed_undelivered):
             return
         self._m.takeover_gaps.inc()
@@ -1054,6 +1063,29 @@ _POOL_BOUND_KWARGS: Final = frozenset(
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _trimmed_undelivered(view: _ShardView, undelivered: int) -> int:
+    """How many entries after the group's position are gone, ``undelivered`` being those left.
+
+    Redis's own evidence first, as it survives an AOF reload that leaves ``entries-read``
+    stale: trimming only ever removes the oldest entries, so none after the position went when
+    nothing ever went, when there is nothing after it, or when an entry at or before it is still
+    there and ``XDEL`` removed none after it. Otherwise trimming reached the position, maybe
+    past it, and only the counters can tell (``entries-added - entries-read``, when Redis knows
+    both), at most as many as the stream ever lost: a stale ``entries-read`` then overstates
+    the number, or reports entries up to the position as undelivered, but never hides a gap.
+    """
+    delivered = _id_tuple(view.delivered)
+    if view.delivered == view.last_id or view.entries_added == view.length:
+        return 0
+    head_kept = view.first_id is not None and _id_tuple(view.first_id) <= delivered
+    if head_kept and _id_tuple(view.max_deleted) <= delivered:
+        return 0
+    if view.entries_added is None or view.entries_read is None:
+        return 0
+    lost = view.entries_added - view.length
+    return max(0, min(lost, view.entries_added - view.entries_read - undelivered))
 
 
 def _int_or_none(value: object) -> int | None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
@@ -13,6 +17,10 @@ from common.store import Indexer
 from processor_svc.shard import CONSUMER, GROUP
 from tests.processor_core.support import Recorder, Shard, compact_envelopes, wait_until
 from tests.reflector_publish.support import added, deleted, delta, updated
+from tests.support.redis_server import RedisServer
+
+GAPS = "informer_bus_processor_takeover_gaps_total"
+_GAP = re.compile(r"retention trimmed (?P<pending>\d+) pending and (?P<undelivered>\d+) undeliv")
 
 
 class CountingIndexer(Indexer):
@@ -158,7 +166,15 @@ def test_a_second_takeover_redelivers_the_initial_list_but_no_acknowledged_delet
         assert second.events == [("add", "ns/b", "2", True)]
 
 
-def test_takeover_counts_unacknowledged_entries_trimmed_by_retention(shard: Shard) -> None:
+def _gaps_logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, int]]:
+    """(pending, undelivered) of each "retention trimmed" warning, in order."""
+    found = (_GAP.search(r.getMessage()) for r in caplog.records)
+    return [(int(m["pending"]), int(m["undelivered"])) for m in found if m]
+
+
+def test_takeover_counts_unacknowledged_entries_trimmed_by_retention(
+    shard: Shard, caplog: pytest.LogCaptureFixture
+) -> None:
     shard.publish(added("ns/a", "1"), added("ns/b", "2"), deleted("ns/a", "3"))
     shard.client.xgroup_create(shard.keys.stream, GROUP, id="0")
     shard.client.xtrim(shard.keys.stream, maxlen=0, approximate=False)  # a forced trim
@@ -166,7 +182,98 @@ def test_takeover_counts_unacknowledged_entries_trimmed_by_retention(shard: Shar
     with shard.running(("rec", recorder)) as (worker, _, _):
         assert worker.wait_for_sync(5)
         assert recorder.events == [("add", "ns/b", "2", True)]
-        assert shard.sample("informer_bus_processor_takeover_gaps_total", shard="0") == 1
+        assert shard.sample(GAPS, shard="0") == 1
+    assert _gaps_logged(caplog) == [(0, 3)]
+
+
+def test_takeover_counts_undelivered_entries_trimmed_past_the_group_position(
+    shard: Shard, caplog: pytest.LogCaptureFixture
+) -> None:
+    shard.publish(added("ns/a", "1"), added("ns/b", "2"), added("ns/c", "3"))
+    with shard.running(("rec", Recorder())) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        wait_until(lambda: shard.group()["last-delivered-id"] != b"0-0", what="the commit")
+    # Published while no worker runs, then a forced trim cuts into them: 3 of the 5 go.
+    shard.publish(deleted("ns/a", "4"), added("ns/d", "5"), added("ns/e", "6"))
+    shard.publish(deleted("ns/b", "7"), added("ns/f", "8"))
+    shard.client.xtrim(shard.keys.stream, maxlen=2, approximate=False)
+    with shard.running(("rec", Recorder())) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+    assert shard.sample(GAPS, shard="0") == 1
+    assert _gaps_logged(caplog) == [(0, 3)]
+
+
+def test_takeover_counts_pending_entries_trimmed_by_retention(
+    shard: Shard, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = shard.publish(*(added(f"ns/p{i}", str(i + 1)) for i in range(4)))
+    # A previous owner read two entries and died before acknowledging them; a forced trim
+    # then removes both, and the first undelivered one.
+    shard.client.xgroup_create(shard.keys.stream, GROUP, id="0")
+    shard.client.xreadgroup(GROUP, CONSUMER, {shard.keys.stream: ">"}, count=2)
+    shard.client.xtrim(shard.keys.stream, maxlen=1, approximate=False)
+    recorder = Recorder()
+    with shard.running(("rec", recorder)) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        wait_until(lambda: shard.group()["last-delivered-id"].decode() == ids[-1], what="commit")
+    assert shard.sample(GAPS, shard="0") == 1
+    assert _gaps_logged(caplog) == [(2, 1)]
+
+
+class _SamePortRedis(RedisServer):
+    """A redis-server with an append-only file that comes back on its port when restarted."""
+
+    def _pick_port(self) -> int:
+        return self.port or super()._pick_port()
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[_SamePortRedis]:
+    server = _SamePortRedis(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_takeover_after_redis_reloads_its_aof_reports_no_gap_when_nothing_was_trimmed(
+    aof_redis: _SamePortRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = redis.Redis.from_url(aof_redis.url)
+    shard = Shard(client, aof_redis.url)
+    try:
+        shard.publish(added("ns/a", "1"), added("ns/b", "2"))
+        recorder = Recorder()
+        with shard.running(("rec", recorder)) as (worker, _, _):
+            assert worker.wait_for_sync(5)  # commits with XGROUP SETID ... ENTRIESREAD 2
+            # Read and acknowledged after the takeover: XREADGROUP goes to the AOF as XCLAIM.
+            shard.publish(updated("ns/a", "3"), deleted("ns/b", "4"), added("ns/c", "5"))
+            wait_until(lambda: len(recorder.live()) == 3, what="live deltas")
+            wait_until(lambda: shard.pending() == 0, what="acknowledgements")
+        shard.publish(updated("ns/c", "6"))  # one undelivered entry after the group's position
+        assert shard.group()["entries-read"] == 5
+        aof_redis.stop()  # SIGTERM: Redis flushes the AOF and exits
+        aof_redis.start()
+        after = shard.group()
+        assert after["last-delivered-id"].decode() < shard.last_id()
+        if tuple(map(int, client.info("server")["redis_version"].split(".")[:2])) < (7, 4):
+            # redis/redis#12898: the reload leaves the count of the takeover's commit.
+            assert after["entries-read"] == 2
+        second = Recorder()
+        with shard.running(("rec", second)) as (worker, _, _):
+            assert worker.wait_for_sync(5)
+            assert sorted(second.initial()) == [
+                ("add", "ns/a", "3", True),
+                ("add", "ns/c", "6", True),
+            ]
+            wait_until(lambda: shard.pending() == 0, what="the takeover's acknowledgement")
+        assert _gaps_logged(caplog) == []
+        assert shard.sample(GAPS, shard="0") == 0
+        assert shard.sample("informer_bus_processor_takeovers_total", shard="0") == 2
+    finally:
+        shard.close()
+        client.close()
 
 
 def test_an_empty_shard_syncs_at_once_and_then_consumes(shard: Shard) -> None:
