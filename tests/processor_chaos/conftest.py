@@ -167,12 +167,17 @@ class Call:
 
 
 def read_calls(directory: Path) -> list[Call]:
-    """Every processor's recorded calls, each log in its order (one process per log)."""
+    """Every processor's recorded calls, each log in its order (one process per log).
+
+    A line is a call once its newline is there. Each is one ``os.write``, but a reader of a
+    live process's log can still meet one half copied (a write that spans a page boundary
+    becomes visible page by page), so the unterminated tail, if any, is left for the next
+    read."""
     calls: list[Call] = []
     for path in sorted(directory.glob("*.jsonl")):
-        for seq, line in enumerate(path.read_text().splitlines()):
-            record = json.loads(line)  # a killed process never leaves half a line
-            calls.append(Call(seq=seq, **record))
+        *complete, _unterminated = path.read_bytes().split(b"\n")
+        for seq, line in enumerate(complete):
+            calls.append(Call(seq=seq, **json.loads(line)))
     return calls
 
 
