@@ -11,11 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.support.survivors import assert_no_survivors as assert_no_marked_survivors
+from tests.support.survivors import survivors as find_survivors
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER_ENV = "BENCH_SMOKE_MARKER"
@@ -56,26 +58,13 @@ def run_bench(script: Path, *args: str, timeout: float) -> str:
 
 
 def survivors(marker: str) -> list[str]:
-    """Command lines of the processes still running with ``marker`` in their environment."""
-    found = []
-    needle = f"{MARKER_ENV}={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
+    """The processes still running with ``marker`` (see :mod:`tests.support.survivors`)."""
+    return find_survivors(MARKER_ENV, marker)
 
 
 def assert_no_survivors(marker: str, grace: float = 10.0) -> None:
     """Every process of the run has exited (within ``grace`` seconds)."""
-    deadline = time.monotonic() + grace
-    while (left := survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes outlived the bench: {left}"
+    assert_no_marked_survivors(MARKER_ENV, marker, grace=grace, what="the bench")
 
 
 def assert_usage_errors(script: Path, *flag_sets: list[str]) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tests.support.cli import ROOT
+from tests.support.survivors import assert_no_survivors
+from tests.support.survivors import survivors as find_survivors
 
 DEMO = [str(Path(sys.executable).with_name("informer-bus")), "demo"]
 PROGRAM = "informer-bus demo"
@@ -45,29 +47,13 @@ def wait_until_gone(pids: Iterable[int], timeout: float) -> None:
 
 
 def survivors(marker: str) -> list[str]:
-    """Command lines of the live processes with ``marker`` in their environment.
-
-    Not redis-server: it writes its process title over the memory ``/proc/<pid>/environ``
-    shows, so the tests also follow the pids the demo prints (redis-server among them)."""
-    found = []
-    needle = f"{MARKER_ENV}={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:  # gone meanwhile, a zombie, or not ours to read
-            continue
-    return found
+    """The live processes a demo run left behind (see :mod:`tests.support.survivors`)."""
+    return find_survivors(MARKER_ENV, marker)
 
 
 def assert_nothing_left(marker: str, timeout: float = 15.0) -> None:
     """No process carrying ``marker`` survives ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while (left := survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes outlived the demo: {left}"
+    assert_no_survivors(MARKER_ENV, marker, grace=timeout, what="the demo")
 
 
 def demo_env(marker: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
