@@ -39,6 +39,7 @@ from reflector_svc.kube import (
 )
 from reflector_svc.resources import ResourceSpec, resolve
 from tests.reflector.conftest import FAST, pod
+from tests.support.bad_lines import BAD_LINE_REASONS
 
 MakeSource = Callable[..., KubeSource]
 
@@ -416,16 +417,6 @@ def test_watch_open_errors_are_typed(sim: Simulator, make_source: MakeSource) ->
     with pytest.raises(ApiStatusError) as info2:
         source.watch(resource_version="0", timeout_seconds=10, inactivity_timeout=5).open()
     assert info2.value.status == 500
-
-
-BAD_LINE_REASONS = {
-    "truncated": "invalid_json",
-    "garbage": "invalid_json",
-    "not_an_object": "not_an_object",
-    "no_object": "no_object",
-    "object_not_an_object": "no_object",
-    "unknown_type": "unknown_type",
-}
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_LINE_REASONS))

@@ -23,18 +23,11 @@ from informer_bus.apiserver_sim.faults import BAD_LINES
 from reflector_svc.reflector import BAD_LINE_RELIST_AFTER
 from reflector_svc.service import ReflectorService
 from tests.reflector_ha.conftest import SimHistory, assert_faithful, wait_caught_up
+from tests.support.bad_lines import BAD_LINE_REASONS
 from tests.support.bus import Bus, wait_until
 
 MakeService = Callable[..., ReflectorService]
 
-REASONS = {
-    "truncated": "invalid_json",
-    "garbage": "invalid_json",
-    "not_an_object": "not_an_object",
-    "no_object": "no_object",
-    "object_not_an_object": "no_object",
-    "unknown_type": "unknown_type",
-}
 KINDS = sorted(BAD_LINES)
 _LOGGED = re.compile(r"bad watch line after rv (\d+) ")
 
@@ -93,7 +86,7 @@ def count(service: ReflectorService, name: str, **labels: str) -> float:
 
 
 def bad_lines(service: ReflectorService) -> float:
-    return sum(count(service, "bad_watch_lines", reason=r) for r in set(REASONS.values()))
+    return sum(count(service, "bad_watch_lines", reason=r) for r in set(BAD_LINE_REASONS.values()))
 
 
 def wait_bad_lines(service: ReflectorService, expected: float) -> None:
@@ -126,7 +119,7 @@ def test_1_10_a_bad_line_costs_one_rewatch_from_the_last_event_and_no_relist(
     sim.update("pods", "default/first", {"metadata": {"labels": {"changed": "yes"}}})
     wait_bad_lines(service, 1)
     rig.caught_up_and_faithful()
-    assert count(service, "bad_watch_lines", reason=REASONS[kind]) == 1
+    assert count(service, "bad_watch_lines", reason=BAD_LINE_REASONS[kind]) == 1
     assert count(service, "watch_restarts", reason="bad_line") == 1
     assert (count(service, "lists"), count(service, "relists")) == (1, 0)
     messages = rig.logged()
