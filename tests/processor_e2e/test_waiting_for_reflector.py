@@ -53,6 +53,15 @@ def processor(url: str, resource: str, log: Path, shards: int = SHARDS) -> Proce
     )  # fmt: skip
 
 
+def reflector_of(resource: str, sim: Simulator, url: str, log: Path) -> ReflectorProcess:
+    return ReflectorProcess(
+        ["--resource", resource, "--kube-url", sim.url, "--shard-count", str(SHARDS),
+         "--http-host", "127.0.0.1", "--http-port", "0"],
+        log,
+        env={"INFORMER_BUS_REDIS_URL": url},
+    )  # fmt: skip
+
+
 def readyz(service: ProcessorProcess) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(service.url() + "/readyz", timeout=5) as response:
@@ -107,12 +116,7 @@ def test_a_processor_waits_unready_for_its_reflector_then_syncs(
     with Simulator(SimulatorSettings(bookmark_interval=0.2)) as sim:
         sim.populate("configmaps", CONFIGMAPS, seed=3)
         waiting = processor(secret_url, "configmaps", tmp_path / "processor.log")
-        reflector = ReflectorProcess(
-            ["--resource", "configmaps", "--kube-url", sim.url, "--shard-count", str(SHARDS),
-             "--http-host", "127.0.0.1", "--http-port", "0"],
-            tmp_path / "reflector.log",
-            env={"INFORMER_BUS_REDIS_URL": secret_url},
-        )  # fmt: skip
+        reflector = reflector_of("configmaps", sim, secret_url, tmp_path / "reflector.log")
         subscriber: subprocess.Popen[str] | None = None
         try:
             waiting.start()
@@ -186,12 +190,7 @@ def test_a_typo_names_the_published_resource(
 ) -> None:
     with Simulator(SimulatorSettings()) as sim:
         sim.populate("pods", 5, seed=1)
-        reflector = ReflectorProcess(
-            ["--resource", "pods", "--kube-url", sim.url, "--shard-count", str(SHARDS),
-             "--http-host", "127.0.0.1", "--http-port", "0"],
-            tmp_path / "reflector.log",
-            env={"INFORMER_BUS_REDIS_URL": secret_url},
-        )  # fmt: skip
+        reflector = reflector_of("pods", sim, secret_url, tmp_path / "reflector.log")
         typo = processor(secret_url, "pod", tmp_path / "processor.log")
         try:
             reflector.start()
@@ -213,12 +212,7 @@ def test_a_shard_count_unlike_the_reflectors_is_named(
 ) -> None:
     with Simulator(SimulatorSettings()) as sim:
         sim.populate("pods", 5, seed=1)
-        reflector = ReflectorProcess(
-            ["--resource", "pods", "--kube-url", sim.url, "--shard-count", str(SHARDS),
-             "--http-host", "127.0.0.1", "--http-port", "0"],
-            tmp_path / "reflector.log",
-            env={"INFORMER_BUS_REDIS_URL": secret_url},
-        )  # fmt: skip
+        reflector = reflector_of("pods", sim, secret_url, tmp_path / "reflector.log")
         more = processor(secret_url, "pods", tmp_path / "more.log", shards=2 * SHARDS)
         fewer = processor(secret_url, "pods", tmp_path / "fewer.log", shards=SHARDS // 2)
         try:
