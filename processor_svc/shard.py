@@ -28,7 +28,7 @@ shard and one owner holds it.
    returned": a crash before this point leaves the range unacknowledged for the next owner.
 
 **Consumption**: entries after ``L`` are applied one at a time with ``process_deltas`` into the
-store, their notifications carry an :class:`~processor_svc.dispatch.AckToken` and are handed to
+store, their notifications carry an :class:`~processor_svc.ack_tracker.AckToken` and are handed to
 the dispatcher once per read batch. The completed prefix (entries every handler returned
 for) is acknowledged by the next fenced read script, which runs ``XACK`` before
 ``XREADGROUP``: one round trip per batch instead of two. A batch with dead letters goes
@@ -94,9 +94,8 @@ from common.wire import (
     decode_envelope,
     envelope_from_fields,
 )
+from processor_svc.ack_tracker import AckToken, AckTracker
 from processor_svc.dispatch import (
-    AckToken,
-    AckTracker,
     AddNotification,
     DeleteNotification,
     DispatcherClosedError,

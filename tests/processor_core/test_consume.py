@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from common.store import Indexer
-from processor_svc.dispatch import AckToken
+from processor_svc.ack_tracker import AckToken
 from tests.processor_core.support import MEMBER, Recorder, Shard, wait_until
 from tests.reflector_publish.support import TS, added, obj, updated
 

@@ -9,9 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from common.keys import Obj
+from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import (
-    AckToken,
-    AckTracker,
     AddNotification,
     DeleteNotification,
     DispatcherClosedError,
@@ -26,22 +25,6 @@ from tests.reflector_publish.support import obj
 def dispatcher(*handlers: tuple[str, Recorder], **kwargs: object) -> HandlerDispatcher:
     metrics = ProcessorMetrics(CollectorRegistry())
     return HandlerDispatcher(list(handlers), metrics=metrics, resource="pods", **kwargs)  # type: ignore[arg-type]
-
-
-def test_the_completed_prefix_never_skips_an_incomplete_entry() -> None:
-    tracker = AckTracker()
-    tokens = [tracker.register(f"1-{i}") for i in range(4)]
-    tokens[1].release()
-    tokens[3].release()
-    assert tracker.completed_prefix() == []
-    tokens[0].release()
-    assert tracker.completed_prefix() == ["1-0", "1-1"]
-    assert tracker.outstanding == 2
-    assert not tracker.wait_idle(0.01)
-    tokens[2].release()
-    assert tracker.wait_idle(0.01)
-    assert tracker.completed_prefix() == ["1-2", "1-3"]
-    assert tracker.completed_prefix() == []
 
 
 def test_a_token_completes_when_every_handler_processed_it() -> None:
