@@ -55,6 +55,8 @@ __all__ = [
     "connection_kwargs",
     "describe_redis_error",
     "is_cluster",
+    "lease_client",
+    "lease_client_for",
     "node_client",
     "redacted_url",
     "redis_client",
@@ -360,3 +362,41 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     cluster: Any = client  # redis-py leaves get_node_from_key unannotated
     node: redis.Redis = cluster.get_redis_connection(cluster.get_node_from_key(key))
     return node
+
+
+def lease_client_for(
+    url: str, *, lease_duration: float, renew_deadline: float, **kwargs: Any
+) -> redis.Redis:
+    """A :func:`lease_client` whose calls always end between the renew deadline and the lease
+    expiry (a call takes up to about ``2 * timeout``), so a holder that gives up at its
+    deadline never still writes after someone else could have taken the lease. ``kwargs``
+    (credentials, TLS: ``connection_kwargs``) go to :func:`lease_client`."""
+    margin = lease_duration - renew_deadline
+    if not margin > 0:
+        raise ValueError("renew_deadline must be shorter than lease_duration")
+    return lease_client(url, timeout=min(2.0, margin / 2.5), **kwargs)
+
+
+def lease_client(
+    url: str, *, timeout: float = 2.0, cluster: bool = False, **kwargs: Any
+) -> redis.Redis:
+    """A Redis client fit for leases: every call gives up after about ``2 * timeout`` seconds.
+
+    ``timeout`` bounds the connect and each read (``socket_connect_timeout``/``socket_timeout``)
+    and there are no retries: a lease operation is retried by the elector's loop, every retry
+    period, where the renew deadline is checked between attempts. With the defaults (2 s timeout,
+    15 s lease, 10 s deadline) a call that started just before the deadline still ends before
+    the lease can expire. ``cluster``: a Redis Cluster client (no cluster-level retries either;
+    ``redis_client``). Extra ``kwargs`` go to ``redis.Redis.from_url`` (e.g.
+    ``password``).
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    return redis_client(
+        url,
+        cluster=cluster,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        **kwargs,
+    )

@@ -2,16 +2,15 @@
 
 A command client for the short calls (publishing, reads, acknowledgements) whose socket timeout
 is generous because none of those calls blocks server-side, and a lease client whose every call
-ends between the renew deadline and the lease expiry (``common.lease.lease_client_for``). Both
-get the same credentials, TLS and Cluster mode (``common.redis_config``).
+ends between the renew deadline and the lease expiry (``common.redis_config.lease_client_for``).
+Both get the same credentials, TLS and Cluster mode (``common.redis_config``).
 """
 
 from __future__ import annotations
 
 import redis
 
-from common.lease import lease_client_for
-from common.redis_config import connection_kwargs, redis_client
+from common.redis_config import connection_kwargs, lease_client_for, redis_client
 from common.settings import ServiceSettings
 
 __all__ = ["service_clients"]

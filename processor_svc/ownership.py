@@ -20,7 +20,7 @@ shard (``ib:{R:S}:lease`` with epochs from ``ib:{R:S}:lease_epoch``):
 * a held shard whose renewals fail (Redis unreachable, the process stalled) for
   ``renew_deadline``: ``on_lost(shard)``, which comes ``lease_duration - renew_deadline`` seconds
   before anyone else can acquire the lease. That margin only holds if one Redis call cannot
-  block longer than it: use ``common.lease.lease_client`` (a warning is logged otherwise).
+  block longer than it: use ``common.redis_config.lease_client`` (a warning is logged otherwise).
 
 Why a single thread: decisions, callbacks and renewals are serialised, so ``on_lost`` for a
 shard has always returned before that shard's lease is released, and there are no locks to
@@ -130,7 +130,8 @@ class ShardOwnership:
     once before the ``on_lost`` calls wait for each in turn.
 
     ``member_id`` is both the membership id and the lease holder; it must be unique per process
-    (``common.lease.unique_holder``). ``client`` should come from ``common.lease.lease_client``:
+    (``common.lease.unique_holder``). ``client`` should come from
+    ``common.redis_config.lease_client``:
     bounded call times are what make the renew deadline come before the lease expiry, and
     :class:`~common.lease.RedisLease` refuses a client without socket timeouts.
 

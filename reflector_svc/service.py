@@ -1,7 +1,7 @@
 """One reflector process: every configured resource, leader-elected, with metrics and probes.
 
-Per resource, a :class:`~common.lease.LeaderElector` competes for the resource's lease; while
-this replica leads, a :class:`~reflector_svc.reflector.Reflector` lists and watches and a
+Per resource, a :class:`~common.leader_election.LeaderElector` competes for the resource's lease;
+while this replica leads, a :class:`~reflector_svc.reflector.Reflector` lists and watches and a
 retention loop trims the shard streams. Replicas that do not lead stand by, ready to take over
 within one lease duration. Shutdown (SIGTERM, Ctrl-C, :meth:`ReflectorService.stop`) interrupts
 the watches, lets the in-flight batch finish publishing, releases the leases at once so a
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import kubernetes.client
 from prometheus_client import CollectorRegistry
 
-from common.lease import LeaderElector, RedisLease, unique_holder
+from common.leader_election import LeaderElector
+from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer
 from common.service_clients import service_clients
 from common.sharding import ResourceKeys, ShardKeys

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from common.lease import RedisLease, lease_client
+from common.lease import RedisLease
+from common.redis_config import lease_client
 from tests.chaos.scenarios import REDIS_FAULTS, SHORT, Result, Scenario, run
 from tests.support.redis_server import RedisServer
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from common.lease import lease_client
+from common.redis_config import lease_client
 from common.sharding import ResourceKeys
 from processor_svc.membership import Membership, decode_members
 from tests.support.redis_server import RedisServer

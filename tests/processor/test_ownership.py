@@ -28,7 +28,8 @@ import pytest
 import redis
 
 import tests.support.redis_server as redis_server_module
-from common.lease import RedisLease, lease_client
+from common.lease import RedisLease
+from common.redis_config import lease_client
 from common.sharding import ResourceKeys, ShardKeys
 from processor_svc.ownership import ShardOwnership
 from tests.support.redis_server import RedisServer

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from common.compact_store import CompactIndexer
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
-from common.lease import RedisLease, lease_client
+from common.lease import RedisLease
+from common.redis_config import lease_client
 from common.sharding import ShardKeys
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC

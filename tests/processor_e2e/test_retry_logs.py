@@ -58,9 +58,9 @@ def test_with_redis_unreachable_both_services_name_the_url_without_the_password(
             processor.start()
             reflector.start()
             wait_until(lambda: failure_lines(processor.log(), "processor_svc.service"), 30)
-            wait_until(lambda: failure_lines(reflector.log(), "common.lease"), 30)
+            wait_until(lambda: failure_lines(reflector.log(), "common.leader_election"), 30)
             assert_names_redis(failure_lines(processor.log(), "processor_svc.service"), redacted)
-            assert_names_redis(failure_lines(reflector.log(), "common.lease"), redacted)
+            assert_names_redis(failure_lines(reflector.log(), "common.leader_election"), redacted)
             assert "Connection refused" in reflector.log()  # the cause is kept, too
         finally:
             processor.close()
@@ -128,11 +128,11 @@ def test_failures_after_startup_name_redis_and_the_kubernetes_api(
             private_redis.stop()  # then Redis: leases, heartbeats and shard reads fail
             wait_until(lambda: failure_lines(processor.log(), "processor_svc.ownership"), 30)
             wait_until(lambda: failure_lines(processor.log(), "processor_svc.shard"), 30)
-            wait_until(lambda: failure_lines(reflector.log(), "common.lease"), 30)
+            wait_until(lambda: failure_lines(reflector.log(), "common.leader_election"), 30)
             for service, logger in (
                 (processor, "processor_svc.ownership"),
                 (processor, "processor_svc.shard"),
-                (reflector, "common.lease"),
+                (reflector, "common.leader_election"),
             ):
                 assert_names_redis(failure_lines(service.log(), logger), redacted)
         finally:
