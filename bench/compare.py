@@ -569,7 +569,7 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "contender": r.contender,
                 "label": r.label,
                 "events": r.events,
-                "seconds": round(r.seconds, 4),
+                "seconds": round(r.seconds, 6),
                 "events_per_s": round(r.rate, 1),
                 "reference": ref.label,
                 "ratio": ratio,

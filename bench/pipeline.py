@@ -137,7 +137,7 @@ class Row:
             "workload": self.workload,
             "config": self.config,
             "events": self.events,
-            "seconds": round(self.seconds, 4),
+            "seconds": round(self.seconds, 6),
             "events_per_s": round(self.rate, 1),
             "ratio": None if ratio is None else round(ratio, 3),
             "baseline": self.baseline,

@@ -750,7 +750,7 @@ def rows(results: list[Measurement]) -> list[dict[str, Any]]:
                 "reader": reader,
                 "workload": workload,
                 "events": m.events,
-                "seconds": round(m.seconds, 4),
+                "seconds": round(m.seconds, 6),
                 "events_per_s": round(m.rate, 1),
                 "ratio": None if reader == REFLECTOR else round(ratio, 3),
                 "target_ratio": target,
