@@ -17,42 +17,13 @@ from typing import Final
 
 from common.lease import DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Lease, LeaseStatus
 from common.rate_limiters import Clock, MonotonicClock
+from common.throttled_log import ThrottledLog
 
 __all__ = ["LeaderElector"]
 
 log = logging.getLogger(__name__)
 
 _JITTER: Final = 1.2  # client-go's JitterFactor for candidates' retries
-
-
-class _ThrottledLog:
-    """Logs a repeating failure at most once per ``interval`` seconds, counting the rest.
-
-    Redis being down makes every retry fail; one line per retry period would bury the logs.
-    """
-
-    def __init__(self, clock: Clock, interval: float) -> None:
-        self._clock = clock
-        self._interval = interval
-        self._last: float | None = None
-        self._suppressed = 0
-        self._failures = 0
-
-    def failure(self, message: str, error: BaseException, **extra: object) -> None:
-        self._failures += 1
-        now = self._clock.now()
-        if self._last is not None and now - self._last < self._interval:
-            self._suppressed += 1
-            return
-        suppressed, self._suppressed, self._last = self._suppressed, 0, now
-        more = f" ({suppressed} similar failures not logged)" if suppressed else ""
-        log.warning("%s: %r%s", message, error, more, extra=extra)
-
-    def success(self, message: str, **extra: object) -> None:
-        if self._failures:
-            log.info("%s after %d failed attempts", message, self._failures, extra=extra)
-        self._failures = self._suppressed = 0
-        self._last = None
 
 
 class LeaderElector:
@@ -118,7 +89,7 @@ class LeaderElector:
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._errors = _ThrottledLog(self._clock, log_interval)
+        self._errors = ThrottledLog(log, self._clock, log_interval)
         self._cond = threading.Condition()
         # Guarded by _cond:
         self._thread: threading.Thread | None = None
@@ -234,10 +205,10 @@ class LeaderElector:
             status = self._lease.try_acquire_or_renew()
         except Exception as error:  # any failure is a failed attempt, never a dead elector
             self._errors.failure(
-                f"lease {self._lease.key}: acquire/renew failed", error, **self._extra()
+                f"lease {self._lease.key}: acquire/renew failed", error, self._extra()
             )
             return None
-        self._errors.success(f"lease {self._lease.key}: Redis answers again", **self._extra())
+        self._errors.success(f"lease {self._lease.key}: Redis answers again", self._extra())
         return status
 
     def _release(self, epoch: int) -> None:

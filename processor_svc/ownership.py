@@ -45,6 +45,7 @@ import redis
 from common.lease import LeaseStatus, RedisLease
 from common.rate_limiters import Clock, MonotonicClock
 from common.sharding import ResourceKeys
+from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.membership import Membership, decode_members
 
@@ -81,36 +82,6 @@ class _Attempt:
 
     status: LeaseStatus
     started: float
-
-
-class _ThrottledLog:
-    """Logs a repeating failure at most once per ``interval`` seconds, counting the rest.
-
-    While Redis is down every heartbeat and renewal fails; one line each would bury the logs.
-    """
-
-    def __init__(self, clock: Clock, interval: float) -> None:
-        self._clock = clock
-        self._interval = interval
-        self._last: float | None = None
-        self._suppressed = 0
-        self._failures = 0
-
-    def failure(self, message: str, error: BaseException, extra: dict[str, object]) -> None:
-        self._failures += 1
-        now = self._clock.now()
-        if self._last is not None and now - self._last < self._interval:
-            self._suppressed += 1
-            return
-        suppressed, self._suppressed, self._last = self._suppressed, 0, now
-        more = f" ({suppressed} similar failures not logged)" if suppressed else ""
-        log.warning("%s: %r%s", message, error, more, extra=extra)
-
-    def success(self, message: str, extra: dict[str, object]) -> None:
-        if self._failures:
-            log.info("%s after %d failed calls", message, self._failures, extra=extra)
-        self._failures = self._suppressed = 0
-        self._last = None
 
 
 class ShardOwnership:
@@ -210,7 +181,7 @@ class ShardOwnership:
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._errors = _ThrottledLog(self._clock, log_interval)
+        self._errors = ThrottledLog(log, self._clock, log_interval)
         self._extra: dict[str, object] = {"resource": resource, "member": member_id}
         self._cond = threading.Condition()
         # Guarded by _cond (written only by the coordinator thread, read by any):
