@@ -37,7 +37,8 @@ from pods import sample_pod
 
 from common.deltas import DeltaType
 from common.keys import meta_namespace_key
-from common.sharding import ShardKeys, shard_for
+from common.redis_layout import ShardKeys
+from common.sharding import shard_for
 from common.wire import FIELD, DeltaEnvelope, encode_envelope
 from reflector_svc.publisher import PendingDelta, ShardPublisher, _Call
 from tests.support.redis_server import RedisServer

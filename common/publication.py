@@ -15,16 +15,12 @@ first list completes) tells "a reflector is on its way" apart from "no reflector
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 import redis
 
-from common.sharding import ResourceKeys
+from common.redis_layout import CHECKPOINT_SYNCED_RV, LEASE_HOLDER, ResourceKeys
 
-__all__ = ["SYNCED_RV_FIELD", "Publication", "read_publication"]
-
-SYNCED_RV_FIELD: Final = "synced_rv"
-"""The checkpoint field a completed relist writes (``reflector_svc.publisher``)."""
+__all__ = ["Publication", "read_publication"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +60,9 @@ def read_publication(
     ACL (``docs/operations.md``) has it, not ``EXISTS`` or ``HEXISTS``."""
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
-    pipe.hget(keys.leader, "holder")
+    pipe.hget(keys.leader, LEASE_HOLDER)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
-        pipe.hget(keys.shard(shard).checkpoint, SYNCED_RV_FIELD)
+        pipe.hget(keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
     leader, *listed, beyond = pipe.execute()
     return Publication(
         shard_count=shard_count,

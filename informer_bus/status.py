@@ -34,7 +34,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from common.publication import SYNCED_RV_FIELD
 from common.redis_config import (
     connection_kwargs,
     describe_redis_error,
@@ -42,6 +41,7 @@ from common.redis_config import (
     redacted_url,
     redis_client,
 )
+from common.redis_layout import CHECKPOINT_SYNCED_RV, ResourceKeys, ShardKeys
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
@@ -51,7 +51,6 @@ from common.settings import (
     check_key_prefix,
     settings_from_args,
 )
-from common.sharding import ResourceKeys, ShardKeys
 from informer_bus.subcommand import Subcommand
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard import GROUP
@@ -376,7 +375,7 @@ def _shard_status(replies: _ShardReplies, now_ms: int) -> ShardStatus:
         owner=_text(replies.lease[0]),
         owner_epoch=_int(replies.lease[1]),
         rv=checkpoint.get("rv"),
-        synced=SYNCED_RV_FIELD in checkpoint and not relisting,
+        synced=CHECKPOINT_SYNCED_RV in checkpoint and not relisting,
         relisting=relisting,
         stream_length=length,
         entries_added=_int(stream.get("entries-added")) if stream else None,
@@ -436,7 +435,7 @@ def _resource_status(
     rvs = [shard.rv for shard in shards]
     last_rv = None if not rvs or None in rvs else min((rv or "" for rv in rvs), key=_rv_order)
     listed = [
-        (_int(replies.checkpoint.get("synced_at")), replies.checkpoint.get(SYNCED_RV_FIELD))
+        (_int(replies.checkpoint.get("synced_at")), replies.checkpoint.get(CHECKPOINT_SYNCED_RV))
         for replies in shard_replies
     ]
     stamped = [(at, rv) for at, rv in listed if at is not None]

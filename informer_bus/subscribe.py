@@ -44,6 +44,7 @@ from common.redis_config import (
     redacted_url,
     redis_client,
 )
+from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
@@ -53,7 +54,6 @@ from common.settings import (
     check_key_prefix,
     settings_from_args,
 )
-from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.wire import DeltaEnvelope, WireDecodeError, envelope_from_fields
 
 __all__ = [

@@ -23,7 +23,7 @@ from redis.client import Pipeline
 from redis.commands.core import Script
 
 from common.redis_config import is_cluster
-from common.sharding import ResourceKeys
+from common.redis_layout import ResourceKeys
 
 __all__ = ["Membership", "decode_members"]
 

@@ -44,7 +44,7 @@ import redis
 
 from common.lease import LeaseStatus, RedisLease
 from common.rate_limiters import Clock, MonotonicClock
-from common.sharding import ResourceKeys
+from common.redis_layout import ResourceKeys
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.membership import Membership, decode_members

@@ -36,10 +36,10 @@ from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
 from common.observability import ObservabilityServer
 from common.prometheus_workqueue import PrometheusMetricsProvider
-from common.publication import SYNCED_RV_FIELD, Publication, read_publication
+from common.publication import Publication, read_publication
 from common.redis_config import redacted_url
+from common.redis_layout import CHECKPOINT_SYNCED_RV, ShardKeys
 from common.service_clients import service_clients
-from common.sharding import ShardKeys
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.handlers import (
     HandlerContext,
@@ -319,7 +319,9 @@ class ProcessorService:
         try:
             pipe = self.lease_redis.pipeline(transaction=False)
             for candidate in candidates:
-                pipe.hget(ShardKeys(self.settings.prefix, candidate, 0).checkpoint, SYNCED_RV_FIELD)
+                pipe.hget(
+                    ShardKeys(self.settings.prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV
+                )
             found = [c for c, rv in zip(candidates, pipe.execute(), strict=True) if rv is not None]
         except (redis.RedisError, ValueError):
             return ""

@@ -82,8 +82,8 @@ from common.deltas import DeltaType
 from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
 from common.redis_config import node_client
+from common.redis_layout import ShardKeys
 from common.runtime import release_free_heap
-from common.sharding import ShardKeys
 from common.store import Indexer, IndexFuncError
 from common.wire import (
     DEFAULT_MAX_BYTES,

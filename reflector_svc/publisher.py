@@ -47,7 +47,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from common.deltas import DeltaType
-from common.sharding import ShardKeys, shard_for
+from common.redis_layout import ShardKeys
+from common.sharding import shard_for
 
 __all__ = [
     "CHECKPOINT_LUA",

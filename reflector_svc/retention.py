@@ -43,7 +43,7 @@ from typing import Any, Final
 import redis
 from redis.exceptions import ResponseError
 
-from common.sharding import ShardKeys
+from common.redis_layout import ShardKeys
 
 __all__ = [
     "DEFAULT_HARD_MAX_ENTRIES",

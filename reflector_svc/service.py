@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from common.leader_election import LeaderElector
 from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer
+from common.redis_layout import ResourceKeys, ShardKeys
 from common.service_clients import service_clients
-from common.sharding import ResourceKeys, ShardKeys
 from reflector_svc.kube import KubeSource, load_api_client
 from reflector_svc.metrics import ReflectorMetrics
 from reflector_svc.publisher import FencedError, ShardPublisher

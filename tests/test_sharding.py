@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys, shard_for
+from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
+from common.sharding import shard_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from common.sharding import ShardKeys, shard_for
+from common.redis_layout import ShardKeys
+from common.sharding import shard_for
 from tests.chaos.recorder import OutageRecorder
 from tests.processor_chaos.conftest import Call, ownership_problems, read_calls
 from tests.support.redis_server import RedisServer

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from common.redis_config import redis_client
-from common.sharding import ResourceKeys, ShardKeys
+from common.redis_layout import ResourceKeys, ShardKeys
 from informer_bus.apiserver_sim import Simulator
 from tests.cluster.conftest import LocalCluster
 from tests.processor_chaos.conftest import (

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from common.redis_config import lease_client
-from common.sharding import ResourceKeys
+from common.redis_layout import ResourceKeys
 from processor_svc.membership import Membership, decode_members
 from tests.support.redis_server import RedisServer
 

@@ -30,7 +30,7 @@ import redis
 import tests.support.redis_server as redis_server_module
 from common.lease import RedisLease
 from common.redis_config import lease_client
-from common.sharding import ResourceKeys, ShardKeys
+from common.redis_layout import ResourceKeys, ShardKeys
 from processor_svc.ownership import ShardOwnership
 from tests.support.redis_server import RedisServer
 

@@ -22,7 +22,7 @@ from common.compact_store import CompactIndexer
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.lease import RedisLease
 from common.redis_config import lease_client
-from common.sharding import ShardKeys
+from common.redis_layout import ShardKeys
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
 from processor_svc.dispatch import HandlerDispatcher

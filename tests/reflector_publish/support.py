@@ -8,7 +8,7 @@ import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.sharding import ShardKeys
+from common.redis_layout import ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope, encode_envelope
 from reflector_svc.publisher import PendingDelta
 

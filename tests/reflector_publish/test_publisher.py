@@ -7,7 +7,8 @@ import redis
 from redis.crc import key_slot
 
 from common.deltas import DeltaType
-from common.sharding import ShardKeys, shard_for
+from common.redis_layout import ShardKeys
+from common.sharding import shard_for
 from common.wire import FIELD, decode_envelope
 from reflector_svc.publisher import (
     FencedError,

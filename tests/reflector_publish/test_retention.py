@@ -7,7 +7,7 @@ import time
 import pytest
 import redis
 
-from common.sharding import ShardKeys
+from common.redis_layout import ShardKeys
 from reflector_svc.retention import RetentionLoop, TrimResult, trim_shard
 
 KEYS = ShardKeys("ib", "pods", 0)

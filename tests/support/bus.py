@@ -34,7 +34,7 @@ from typing import IO, Self, TypeVar
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.sharding import DEFAULT_PREFIX, ResourceKeys, ShardKeys
+from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope
 
 __all__ = [

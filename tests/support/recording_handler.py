@@ -42,7 +42,8 @@ import redis
 
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.redis_config import redis_client
-from common.sharding import ShardKeys, shard_for
+from common.redis_layout import ShardKeys
+from common.sharding import shard_for
 
 __all__ = ["Recorder"]
 

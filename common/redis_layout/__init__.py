@@ -1,0 +1,57 @@
+"""The Redis layout: every key name, hash field, group and consumer name and Lua script.
+
+Processes of different versions meet only in Redis, so what they read and write there is the
+protocol between them. It lives here, and only here: the reflector, the processors, retention,
+``status``, ``subscribe`` and the tests take names from this package instead of spelling them.
+``docs/architecture.md`` ("Redis layout") is the specification these modules implement.
+
+* :mod:`.keys`: key names (:class:`ShardKeys`, :class:`ResourceKeys`);
+* :mod:`.names`: hash fields, consumer groups, consumer names;
+* ``*_scripts`` modules: the Lua scripts, each beside the rules it enforces.
+
+Pure: nothing here talks to Redis.
+"""
+
+from common.redis_layout.keys import (
+    DEFAULT_PREFIX,
+    RESOURCE_KEY_SUFFIXES,
+    SHARD_KEY_SUFFIXES,
+    ResourceKeys,
+    ShardKeys,
+)
+from common.redis_layout.names import (
+    CHECKPOINT_FENCE,
+    CHECKPOINT_FIELDS,
+    CHECKPOINT_RELISTING,
+    CHECKPOINT_RV,
+    CHECKPOINT_SYNCED_AT,
+    CHECKPOINT_SYNCED_RV,
+    DEAD_LETTER_ID,
+    DEAD_LETTER_PAYLOAD,
+    DEAD_LETTER_REASON,
+    LEASE_EPOCH,
+    LEASE_HOLDER,
+    PROCESSOR_GROUP,
+    SHARD_CONSUMER,
+)
+
+__all__ = [
+    "CHECKPOINT_FENCE",
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_RELISTING",
+    "CHECKPOINT_RV",
+    "CHECKPOINT_SYNCED_AT",
+    "CHECKPOINT_SYNCED_RV",
+    "DEAD_LETTER_ID",
+    "DEAD_LETTER_PAYLOAD",
+    "DEAD_LETTER_REASON",
+    "DEFAULT_PREFIX",
+    "LEASE_EPOCH",
+    "LEASE_HOLDER",
+    "PROCESSOR_GROUP",
+    "RESOURCE_KEY_SUFFIXES",
+    "SHARD_CONSUMER",
+    "SHARD_KEY_SUFFIXES",
+    "ResourceKeys",
+    "ShardKeys",
+]

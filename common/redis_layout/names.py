@@ -1,0 +1,67 @@
+"""Hash fields, consumer groups and consumer names: every name a Redis value is read by.
+
+Each name here is a contract between processes that may run different versions (a reflector
+writes a checkpoint that processors, ``status`` and ``subscribe`` read), so none is spelled
+anywhere else: a reader and a writer that re-spelled ``"synced_rv"`` apart could drift without
+a single test noticing.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "CHECKPOINT_FENCE",
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_RELISTING",
+    "CHECKPOINT_RV",
+    "CHECKPOINT_SYNCED_AT",
+    "CHECKPOINT_SYNCED_RV",
+    "DEAD_LETTER_ID",
+    "DEAD_LETTER_PAYLOAD",
+    "DEAD_LETTER_REASON",
+    "LEASE_EPOCH",
+    "LEASE_HOLDER",
+    "PROCESSOR_GROUP",
+    "SHARD_CONSUMER",
+]
+
+# --- a shard's checkpoint hash (written by the reflector leader only) ---
+CHECKPOINT_RV: Final = "rv"
+"""Every event up to this resourceVersion is on the shard's stream."""
+CHECKPOINT_FENCE: Final = "fence"
+"""The highest reflector leader epoch that wrote here: lower epochs are refused."""
+CHECKPOINT_SYNCED_RV: Final = "synced_rv"
+"""The resourceVersion of the last completed relist; never removed once written, so its
+presence means "this shard holds a complete list" (``common.publication``)."""
+CHECKPOINT_SYNCED_AT: Final = "synced_at"
+"""When the last relist completed: milliseconds on Redis's clock (for ``status``)."""
+CHECKPOINT_RELISTING: Final = "relisting"
+"""``"1"`` while a relist diff is being written: the known state is not complete yet."""
+CHECKPOINT_FIELDS: Final = (
+    CHECKPOINT_RV,
+    CHECKPOINT_FENCE,
+    CHECKPOINT_SYNCED_RV,
+    CHECKPOINT_RELISTING,
+)
+"""The fields a reflector reads back to resume (``synced_at`` is for humans only)."""
+
+# --- every lease hash (the reflector leader lease, each shard's ownership lease) ---
+LEASE_HOLDER: Final = "holder"
+"""Who holds the lease (a reflector identity or a processor member id)."""
+LEASE_EPOCH: Final = "epoch"
+"""The fencing epoch the holder writes with."""
+
+# --- consumer groups and consumers of the shard streams ---
+PROCESSOR_GROUP: Final = "processors"
+"""The one consumer group every processor reads shard streams through."""
+SHARD_CONSUMER: Final = "owner"
+"""The consumer name of whoever owns a shard: a new owner inherits the pending entries."""
+
+# --- a dead-letter entry (``ShardKeys.dead_letters``) ---
+DEAD_LETTER_REASON: Final = "reason"
+"""Why the entry could not be applied (one line, at most 2,000 characters)."""
+DEAD_LETTER_ID: Final = "id"
+"""The entry's id on the shard stream."""
+DEAD_LETTER_PAYLOAD: Final = "payload"
+"""The entry's raw envelope, when it had one."""
