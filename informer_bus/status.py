@@ -42,6 +42,7 @@ from common.redis_config import (
     redis_client,
 )
 from common.redis_layout import CHECKPOINT_SYNCED_RV, ResourceKeys, ShardKeys
+from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
@@ -53,7 +54,6 @@ from common.settings import (
 )
 from informer_bus.subcommand import Subcommand
 from processor_svc.settings import ProcessorSettings
-from processor_svc.shard import GROUP
 
 __all__ = [
     "STATUS",

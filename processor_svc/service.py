@@ -1,9 +1,9 @@
 """One processor process: membership, shard ownership, shard workers, handlers, probes.
 
 The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shards this
-process owns; for each acquired shard a :class:`~processor_svc.shard.ShardWorker` takes it over
-into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`) and
-applies its stream, fanning notifications out through one
+process owns; for each acquired shard a :class:`~processor_svc.shard_worker.ShardWorker` takes
+it over into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`)
+and applies its stream, fanning notifications out through one
 :class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced shard's worker stops
 (acknowledging what the handlers finished) before its lease is released, so two processors
 never apply one shard at once.
@@ -55,7 +55,7 @@ from processor_svc.membership import Membership
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.ownership import ShardOwnership
 from processor_svc.settings import ProcessorSettings
-from processor_svc.shard import ShardWorker
+from processor_svc.shard_worker import ShardWorker
 
 __all__ = ["ProcessorService"]
 
