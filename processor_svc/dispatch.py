@@ -42,13 +42,20 @@ __all__ = [
     "DispatcherClosedError",
     "HandlerDispatcher",
     "Notification",
+    "ResyncPeriodError",
     "UpdateNotification",
+    "checked_resync_period",
 ]
 
 log = logging.getLogger(__name__)
 
 MIN_RESYNC_PERIOD: Final = 1.0
-"""client-go's minimumResyncPeriod: shorter periods are raised to it (with a warning)."""
+"""client-go's minimumResyncPeriod, in seconds: a resync period is 0 (none) or at least this.
+
+One rule for every way in (:func:`checked_resync_period`): a shorter period is *refused*, by
+``--handler mod:attr@0.5s`` (a one-line error at startup) and by :class:`HandlerDispatcher`
+alike. client-go raises it to the minimum with a warning instead; refusing means a typo such
+as ``@500ms`` can never run at a period nobody asked for, with the warning lost in the logs."""
 
 _CANCEL_POLL: Final = 0.25
 """A blocked ``deliver`` re-checks its cancel event this often, in case a wake-up was missed."""
@@ -137,6 +144,27 @@ set, the notification is skipped instead of applied (see :meth:`HandlerDispatche
 
 
 # --- the dispatcher ------------------------------------------------------------------------------
+
+
+class ResyncPeriodError(ValueError):
+    """A resync period that is negative, or between 0 and :data:`MIN_RESYNC_PERIOD`."""
+
+
+def checked_resync_period(period: float) -> float | None:
+    """``period`` seconds as a resync period: ``None`` for 0 (no resync), else itself.
+
+    Raises :class:`ResyncPeriodError` for a negative period or one below
+    :data:`MIN_RESYNC_PERIOD` (the one place that rule is decided)."""
+    if not period >= 0:
+        raise ResyncPeriodError(f"resync period must be >= 0, got {period!r}")
+    if period == 0:
+        return None
+    if period < MIN_RESYNC_PERIOD:
+        raise ResyncPeriodError(
+            f"resync period {period!r} s is below the minimum of {MIN_RESYNC_PERIOD:g}s "
+            "(0: no resync)"
+        )
+    return float(period)
 
 
 class DispatcherClosedError(RuntimeError):
@@ -376,10 +404,10 @@ class HandlerDispatcher:
     took out of the queue and is working through. ``handlers`` are ``(name, handler)`` pairs;
     names must be unique (they label metrics and key ``resync_periods``). ``resync_periods``
     maps a handler name to seconds (``0`` or absent: no resync; below
-    :data:`MIN_RESYNC_PERIOD`: raised to it); any resync needs ``lister``, which returns the
-    objects of the local stores. One dispatcher can serve every shard worker of a resource:
-    per-shard order holds because each worker delivers in its stream's order and each handler
-    consumes its buffer in FIFO order.
+    :data:`MIN_RESYNC_PERIOD`: refused with ``ValueError``); any resync needs ``lister``, which
+    returns the objects of the local stores. One dispatcher can serve every shard worker of a
+    resource: per-shard order holds because each worker delivers in its stream's order and each
+    handler consumes its buffer in FIFO order.
     """
 
     def __init__(
@@ -566,18 +594,10 @@ def _resync_periods(names: Sequence[str], periods: Mapping[str, float]) -> dict[
         raise ValueError(f"resync periods for unknown handlers: {unknown}")
     result: dict[str, float] = {}
     for name, requested in periods.items():
-        period = requested
-        if not period >= 0:
-            raise ValueError(f"resync period of {name!r} must be >= 0, got {period!r}")
-        if period == 0:
-            continue
-        if period < MIN_RESYNC_PERIOD:
-            log.warning(
-                "resync period %.3f s of handler %r raised to the minimum %.0f s",
-                period,
-                name,
-                MIN_RESYNC_PERIOD,
-            )
-            period = MIN_RESYNC_PERIOD
-        result[name] = float(period)
+        try:
+            period = checked_resync_period(requested)
+        except ResyncPeriodError as err:
+            raise ResyncPeriodError(f"handler {name!r}: {err}") from None
+        if period is not None:
+            result[name] = period
     return result
