@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
+from prometheus_client import Counter
 
 from common.redis_layout import (
     DEAD_LETTER_ID,
@@ -86,15 +87,35 @@ class FencedStream:
     ``member_id`` and ``epoch`` are the holder and fencing token of our shard lease; every call
     raises :class:`OwnershipLostError` when the lease names anything else, and
     ``redis.RedisError`` when Redis cannot be reached (XACK is idempotent: a caller that does not
-    know whether a call ran may send the same acknowledgements again).
+    know whether a call ran may send the same acknowledgements again). ``dead_letters`` counts
+    the letters parked. After :meth:`stop_acknowledging` (ownership is gone, or going),
+    :meth:`acknowledge` sends nothing more.
     """
 
-    def __init__(self, client: redis.Redis, keys: ShardKeys, *, member_id: str, epoch: int):
-        self._client = client
-        self._keys = keys
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: ShardKeys,
+        *,
+        member_id: str,
+        epoch: int,
+        dead_letters: Counter,
+    ) -> None:
+        self.client, self.keys = client, keys
         self._lease_args = (member_id, str(epoch))
+        self._dead_letters = dead_letters
         self._read_script = client.register_script(FENCED_READ)
         self._ack_script = client.register_script(FENCED_ACK)
+        self._acknowledging = True
+
+    @property
+    def acknowledging(self) -> bool:
+        """``False`` once :meth:`stop_acknowledging` was called."""
+        return self._acknowledging
+
+    def stop_acknowledging(self) -> None:
+        """Send no acknowledgement from now on (someone else may own the shard already)."""
+        self._acknowledging = False
 
     def check_lease(self, holder: bytes | None, epoch: bytes | None) -> None:
         """Raise :class:`OwnershipLostError` unless the lease fields read (as bytes, ``None``
@@ -106,9 +127,9 @@ class FencedStream:
         """Acknowledge ``acks``, then read up to ``count`` entries after ``start`` (``>``: new
         ones; an ID: this consumer's pending entries after it), in one fenced script."""
         reply = self._read_script(
-            keys=[self._keys.lease, self._keys.stream],
+            keys=[self.keys.lease, self.keys.stream],
             args=[*self._lease_args, PROCESSOR_GROUP, SHARD_CONSUMER, count, start, *acks],
-            client=self._client,
+            client=self.client,
         )
         if reply[0] == 0:
             raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
@@ -125,7 +146,10 @@ class FencedStream:
     ) -> None:
         """Park ``dead``, then acknowledge ``ids``, in one fenced script. With ``setid`` (a
         takeover's commit), also move the group there (``entries_read``: its ``ENTRIESREAD``,
-        ``""`` if unknown) and acknowledge every pending entry up to it."""
+        ``""`` if unknown) and acknowledge every pending entry up to it. A no-op after
+        :meth:`stop_acknowledging`."""
+        if not self._acknowledging:
+            return
         args: list[Any] = [
             *self._lease_args,
             PROCESSOR_GROUP,
@@ -140,12 +164,23 @@ class FencedStream:
                 args += (name, value)
         args += ids
         reply = self._ack_script(
-            keys=[self._keys.lease, self._keys.stream, self._keys.dead_letters],
+            keys=[self.keys.lease, self.keys.stream, self.keys.dead_letters],
             args=args,
-            client=self._client,
+            client=self.client,
         )
         if reply[0] == 0:
             raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
+        if dead:
+            self._dead_letters.inc(len(dead))
+
+    def lag(self) -> int | None:
+        """The group's entries not yet acknowledged (undelivered + pending), ``None`` when
+        Redis cannot tell (a plain read: ``XINFO GROUPS``)."""
+        for group in self.client.xinfo_groups(self.keys.stream):
+            if as_text(group["name"]) == PROCESSOR_GROUP:
+                lag = group.get("lag")
+                return None if lag is None else int(lag) + int(group["pending"])
+        return None
 
 
 # --- reading Redis's replies ---------------------------------------------------------------------

@@ -27,11 +27,11 @@ a fresh takeover (at-least-once, like a restarted informer). The thread never di
 :attr:`ShardWorker.error` holds the last failure and :attr:`ShardWorker.alive` tells whether it
 still runs.
 
-**What the worker needs** is declared here, not taken from the concrete classes: a
-:class:`ShardStore` to write (an :class:`~common.store.Indexer` is one) and a
+**What the worker needs** is declared beside it, not taken from the concrete classes: a
+:class:`~processor_svc.shard_store.ShardStore` to write (an :class:`~common.store.Indexer` is
+one; :mod:`processor_svc.shard_store` says when a store is handed each entry as it came) and a
 :class:`NotificationSink` to send to (a :class:`~processor_svc.dispatch.HandlerDispatcher` is
-one). A store that also is a :class:`PackedEnvelopeStore` for the wire envelope's codec is
-handed each entry as it came (no encode, no copy).
+one).
 """
 
 from __future__ import annotations
@@ -41,21 +41,19 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol
 
 import redis
 from redis.exceptions import ResponseError
 
 from common.backoff import Backoff
-from common.codec import Codec
 from common.deltas import DeltaType
-from common.handlers import DeltaTarget, process_deltas
+from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
-from common.redis_layout import PROCESSOR_GROUP, ShardKeys
+from common.redis_layout import ShardKeys
 from common.runtime import release_free_heap
 from common.wire import (
     DEFAULT_MAX_BYTES,
-    ENVELOPE_CODEC,
     FIELD,
     WireDecodeError,
     decode_envelope,
@@ -80,30 +78,15 @@ from processor_svc.fenced_stream import (
     raw_of,
 )
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
-from processor_svc.takeover import Commit, InitialListSink, SnapshotStore, Takeover
+from processor_svc.shard_store import ShardStore, keeps_envelopes
+from processor_svc.takeover import Commit, InitialListSink, Takeover
 
-__all__ = ["NotificationSink", "PackedEnvelopeStore", "ShardStore", "ShardWorker"]
+__all__ = ["NotificationSink", "ShardWorker"]
 
 log = logging.getLogger(__name__)
 
 _LAG_REFRESH: Final = 1.0  # seconds between XINFO GROUPS calls for the lag gauge
 _ACK_POLL_MS: Final = 100  # block at most this long while handlers still hold entries
-
-
-class ShardStore(SnapshotStore, DeltaTarget, Protocol):
-    """What a shard worker writes: the takeover's snapshot, then every entry's delta."""
-
-
-@runtime_checkable
-class PackedEnvelopeStore(Protocol):
-    """Optional: a store that keeps each object as bytes in ``codec``'s form.
-
-    When that form is the wire envelope's (:data:`common.wire.ENVELOPE_CODEC`), the worker
-    passes every entry's envelope bytes as ``packed`` and the store keeps them as they came.
-    """
-
-    @property
-    def codec(self) -> Codec: ...
 
 
 class NotificationSink(InitialListSink, Protocol):
@@ -117,11 +100,6 @@ class NotificationSink(InitialListSink, Protocol):
     def wait_quiet(self, cancel: threading.Event, timeout: float) -> bool: ...
 
     def wake(self) -> None: ...
-
-
-def keeps_envelopes(store: object) -> bool:
-    """Whether ``store`` keeps entries as the envelope bytes they came in."""
-    return isinstance(store, PackedEnvelopeStore) and store.codec is ENVELOPE_CODEC
 
 
 class _Forwarder:
@@ -191,42 +169,28 @@ class ShardWorker:
             )
         if client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("the Redis client must not decode responses: envelopes are bytes")
-        self._client = client
-        self._keys = keys
-        self.shard = shard
-        self.epoch = epoch
-        self.member_id = member_id
-        self.resource = resource
-        self._store = store
+        self.shard, self.resource, self.epoch, self.member_id = shard, resource, epoch, member_id
+        self._store, self._dispatcher = store, dispatcher
         # A compact store that reads envelopes keeps each entry as it came: no encode, no copy.
         self._keeps_envelopes = keeps_envelopes(store)
-        self._dispatcher = dispatcher
-        self._count = count
-        self._block_ms = block_ms
-        self._max_bytes = max_entry_bytes
+        self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
         self._backoff = backoff if backoff is not None else Backoff()
-        self._stream = FencedStream(client, keys, member_id=member_id, epoch=epoch)
 
         self._metrics = metrics
         self._m = ShardMetrics(metrics, resource, shard)
+        self._stream = FencedStream(
+            client, keys, member_id=member_id, epoch=epoch, dead_letters=self._m.dead_letters
+        )
         self._stop = threading.Event()
         self._grace = 0.0
-        self._no_more_acks = False
         self._synced = threading.Event()
         self._error: BaseException | None = None
-        self._ownership_lost = False
         self._thread = threading.Thread(
             target=self._run, name=f"shard-worker[{resource}:{shard}]", daemon=False
         )
         self._forwarder = _Forwarder(dispatcher, self._stop)
         self._takeovers = Takeover(
-            client,
-            keys,
-            self._stream,
-            max_entry_bytes=max_entry_bytes,
-            keep_packed=self._keeps_envelopes,
-            metrics=self._m,
-            name=self._thread.name,
+            self._stream, max_entry_bytes=max_entry_bytes, metrics=self._m, name=self.name
         )
         self._blocking = BlockingRead(client, keys.stream, block_ms=block_ms, stop=self._stop)
 
@@ -259,7 +223,7 @@ class ShardWorker:
     @property
     def ownership_lost(self) -> bool:
         """A fenced script found the lease held by someone else; the worker stopped."""
-        return self._ownership_lost
+        return isinstance(self._error, OwnershipLostError)
 
     @property
     def has_synced(self) -> bool:
@@ -291,7 +255,7 @@ class ShardWorker:
     def lost(self) -> None:
         """Ownership is gone (someone else may own the shard now): stop at once, acknowledge
         nothing more, and end the thread; returns once it ended."""
-        self._no_more_acks = True
+        self._stream.stop_acknowledging()
         self._grace = 0.0
         self._shutdown()
 
@@ -367,8 +331,7 @@ class ShardWorker:
         # ownership thread (which would set it through stop()) may be busy for a while yet.
         self._stop.set()
         self._dispatcher.wake()
-        self._ownership_lost = True
-        self._no_more_acks = True
+        self._stream.stop_acknowledging()
         self._error = lost
         self._m.ownership_lost.inc()
         log.warning("%s: ownership lost, stopping without acknowledging more: %s", self.name, lost)
@@ -386,7 +349,7 @@ class ShardWorker:
             log.warning(
                 "%s: a handler call outlived the %.1f s grace period", self.name, self._grace
             )
-        if self._no_more_acks:
+        if not self._stream.acknowledging:
             return
         try:
             commit = self._commit
@@ -441,7 +404,7 @@ class ShardWorker:
     def _commit_takeover(self, commit: Commit) -> None:
         """Fenced: park the takeover's dead letters, move the group to ``L``, ack up to it."""
         entries_read = "" if commit.entries_read is None else str(commit.entries_read)
-        self._call_ack_script(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
+        self._stream.acknowledge(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
         self._commit = None
         self._tracker = AckTracker()
         self._last_id = commit.last_id
@@ -568,36 +531,19 @@ class ShardWorker:
             return
         dead = [self._dead[i] for i in ids if i in self._dead] if self._dead else []
         self._unsent_acks = ids
-        self._call_ack_script(dead, ids)
+        self._stream.acknowledge(dead, ids)
         self._unsent_acks = []
         for entry_id in ids:
             self._dead.pop(entry_id, None)
-
-    def _call_ack_script(
-        self,
-        dead: Sequence[DeadLetter],
-        ids: Sequence[str],
-        *,
-        setid: str = "",
-        entries_read: str = "",
-    ) -> None:
-        if self._no_more_acks:
-            return
-        self._stream.acknowledge(dead, ids, setid=setid, entries_read=entries_read)
-        if dead:
-            self._m.dead_letters.inc(len(dead))
 
     def _refresh_lag(self) -> None:
         now = time.monotonic()
         if now < self._next_lag_refresh:
             return
         self._next_lag_refresh = now + _LAG_REFRESH
-        for group in self._client.xinfo_groups(self._keys.stream):
-            if as_text(group["name"]) == PROCESSOR_GROUP:
-                lag = group.get("lag")
-                if lag is not None:
-                    self._m.lag_entries.set(int(lag) + int(group["pending"]))
-                return
+        lag = self._stream.lag()
+        if lag is not None:
+            self._m.lag_entries.set(lag)
 
     def _wait_for_entries(self, tracker: AckTracker) -> None:
         """Block until the stream has entries after ours (or a short while when handlers

@@ -33,44 +33,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import redis
 from redis.exceptions import ResponseError
 
 from common.deltas import DeltaType
-from common.keys import Obj
-from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER, PROCESSOR_GROUP, ShardKeys
+from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER, PROCESSOR_GROUP
 from common.store import IndexFuncError
 from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
 from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
 from processor_svc.metrics import ShardMetrics
+from processor_svc.shard_store import ShardStore, keeps_envelopes
 
-__all__ = ["Commit", "InitialListSink", "ShardView", "SnapshotStore", "Takeover"]
+__all__ = ["Commit", "InitialListSink", "ShardView", "Takeover"]
 
 log = logging.getLogger(__name__)
 
 _RANGE_CHUNK: Final = 1000
 _INITIAL_LIST_CHUNK: Final = 64
 """Initial-list notifications handed to the dispatcher at once during a takeover."""
-
-
-class SnapshotStore(Protocol):
-    """What a takeover writes to (and reads back from) the shard's fresh store."""
-
-    def replace(self, items: Iterable[Obj], resource_version: str) -> None: ...
-
-    def update(
-        self, obj: Obj, key: str | None = None, packed: bytes | None = None
-    ) -> Obj | None: ...
-
-    def get_by_key(self, key: str) -> Obj | None: ...
-
-    def __len__(self) -> int: ...
 
 
 class InitialListSink(Protocol):
@@ -125,33 +110,21 @@ class ShardView:
 class Takeover:
     """Steps 1 to 5 of taking a shard over (module docstring), for one worker.
 
-    ``fence`` checks the lease read with the snapshot; ``keep_packed`` stores each snapshot
-    object with the envelope it came in (a store that keeps envelopes as they are); ``name``
-    prefixes the log lines (the worker's thread name).
+    Reads through ``fence``'s client and keys, and fences the lease read with the snapshot like
+    its scripts; ``name`` prefixes the log lines (the worker's thread name).
     """
 
     def __init__(
-        self,
-        client: redis.Redis,
-        keys: ShardKeys,
-        fence: FencedStream,
-        *,
-        max_entry_bytes: int,
-        keep_packed: bool,
-        metrics: ShardMetrics,
-        name: str,
+        self, fence: FencedStream, *, max_entry_bytes: int, metrics: ShardMetrics, name: str
     ) -> None:
-        self._client = client
-        self._keys = keys
-        self._fence = fence
+        self._fence, self._client, self._keys = fence, fence.client, fence.keys
         self._max_bytes = max_entry_bytes
-        self._keep_packed = keep_packed
         self._m = metrics
         self.name = name
 
     def deliver(
         self,
-        store: SnapshotStore,
+        store: ShardStore,
         sink: InitialListSink,
         cancel: threading.Event,
         on_synced: Callable[[AckToken], None],
@@ -235,11 +208,12 @@ class Takeover:
         )
 
     def _load_snapshot(
-        self, store: SnapshotStore, objects: Mapping[bytes, bytes], dead: list[DeadLetter]
+        self, store: ShardStore, objects: Mapping[bytes, bytes], dead: list[DeadLetter]
     ) -> list[str]:
         """Load the ``objects`` hash into the emptied store, one object at a time, each with the
         envelope it came in (a compact store keeps that, nothing else); corrupt envelopes and
         objects the store refuses become dead letters. Returns the keys loaded, in order."""
+        keep_packed = keeps_envelopes(store)
         store.replace((), "")
         loaded: list[str] = []
         for field, value in objects.items():
@@ -250,7 +224,7 @@ class Takeover:
                     raise WireDecodeError(f"envelope is for key {envelope.key!r}")
                 if envelope.type is DeltaType.DELETED or envelope.obj is None:
                     raise WireDecodeError("the known state of a key cannot be a deletion")
-                store.update(envelope.obj, key, value if self._keep_packed else None)
+                store.update(envelope.obj, key, value if keep_packed else None)
             except WireDecodeError as err:
                 dead.append(DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
                 continue

@@ -1,5 +1,6 @@
-"""The shard worker's store protocols: any ShardStore works; only a PackedEnvelopeStore for the
-envelope codec is handed each entry's bytes (``packed``), every other store the plain path."""
+"""The shard worker's store protocols (``processor_svc.shard_store``): any ShardStore works;
+only a PackedEnvelopeStore for the envelope codec is handed each entry's bytes (``packed``),
+every other store the plain path."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from common.compact_store import JSON_CODEC, CompactIndexer
 from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
-from processor_svc.shard_worker import PackedEnvelopeStore, keeps_envelopes
+from processor_svc.shard_store import PackedEnvelopeStore, keeps_envelopes
 from tests.processor_core.support import Recorder, Shard, compact_envelopes, wait_until
 from tests.reflector_publish.support import added, deleted, updated
 
