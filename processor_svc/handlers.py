@@ -44,7 +44,7 @@ from common.plugins import PluginError, load_plugin
 from common.rate_limiters import Clock, RateLimiter
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
-from processor_svc.dispatch import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
+from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 
 __all__ = [
     "HandlerContext",

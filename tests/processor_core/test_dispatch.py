@@ -11,16 +11,14 @@ from prometheus_client import CollectorRegistry
 from common.keys import Obj
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import (
-    MIN_RESYNC_PERIOD,
     AddNotification,
     DeleteNotification,
     DispatcherClosedError,
     HandlerDispatcher,
-    ResyncPeriodError,
     UpdateNotification,
-    checked_resync_period,
 )
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 from tests.processor_core.support import Recorder, wait_until
 from tests.reflector_publish.support import obj
 
