@@ -51,7 +51,6 @@ from processor_svc.handlers import (
     stop_handlers,
 )
 from processor_svc.lister import ShardedLister
-from processor_svc.membership import Membership
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.ownership import ShardOwnership
 from processor_svc.settings import ProcessorSettings
@@ -134,14 +133,8 @@ class ProcessorService:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
-        # Heartbeats while waiting for the reflector (ShardOwnership heartbeats afterwards).
-        self._membership = Membership(
-            self.lease_redis,
-            prefix=settings.prefix,
-            resource=self.resource,
-            member_id=self.member_id,
-            ttl=settings.member_ttl,
-        )
+        # Heartbeated by us while waiting for the reflector, by the ownership loop afterwards.
+        self._membership = self.ownership.membership
         self._published = threading.Event()
         self._waiting_for = f"looking for the reflector of {self._where()}"
         self._ownership_lock = threading.Lock()
