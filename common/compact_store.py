@@ -89,7 +89,7 @@ class CompactIndexer(Indexer):
         # no reader ever sees the dict. The plain store's hot path keeps its single call.
         self._lock.acquire()
         try:
-            old: Any = super().update(obj, key)  # what the plain store kept here is the bytes
+            old: Any = Indexer.update(self, obj, key)  # the bytes the plain store kept here
             self._items[key] = packed
         finally:
             self._lock.release()
