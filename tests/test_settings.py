@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
-from common.settings import SettingsError, add_flags, load_settings, settings_from_args
+from common.settings import SettingsError, add_flags, load_settings, settings_from_args, settings_of
 from processor_svc.settings import ProcessorSettings
 
 PREFIX = "INFORMER_BUS_TEST_"
@@ -120,7 +120,7 @@ def test_every_tool_refuses_a_malformed_resource_for_the_same_reason(
         with pytest.raises(ValueError, match=re.escape(f"invalid resource {text!r}: {reason}")):
             check(text)
     with pytest.raises(SettingsError, match=re.escape(reason)):
-        ProcessorSettings(resource=text)
+        settings_of(ProcessorSettings, resource=text)
 
 
 def test_a_spec_is_a_readers_resource_but_no_services_id() -> None:
@@ -129,4 +129,4 @@ def test_a_spec_is_a_readers_resource_but_no_services_id() -> None:
     with pytest.raises(ValueError, match=r"the id of this spec is 'deployments\.apps'"):
         check_resource_id("deployments.v1.apps")
     with pytest.raises(SettingsError, match="the id of this spec is 'pods@shop'"):
-        ProcessorSettings(resource="pods@shop?labelSelector=app%3Dweb")
+        settings_of(ProcessorSettings, resource="pods@shop?labelSelector=app%3Dweb")
