@@ -44,7 +44,7 @@ import redis
 
 from common.lease import LeaseStatus, RedisLease
 from common.rate_limiters import Clock, MonotonicClock
-from common.redis_layout import ResourceKeys
+from common.redis_layout import LEASE_HOLDER, ResourceKeys
 from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
@@ -347,7 +347,7 @@ class ShardOwnership:
             with self._client.pipeline(transaction=False) as pipe:
                 self._membership.queue_heartbeat(pipe)
                 for lease in self._leases:
-                    pipe.hget(lease.key, "holder")
+                    pipe.hget(lease.key, LEASE_HOLDER)
                 replies = pipe.execute()
         except Exception as error:  # Redis unreachable or failing: the deadlines decide
             self._errors.failure("heartbeat and lease read failed", error, self._extra)
