@@ -50,12 +50,31 @@ __all__ = [
     "RedisLease",
     "hash_tag",
     "unique_holder",
+    "warn_if_calls_outlast_the_margin",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION: Final = 15.0
 """client-go's LeaseDuration: how long a lease lives without renewal."""
+
+
+def warn_if_calls_outlast_the_margin(lease: Lease, renew_deadline: float, holder: str) -> None:
+    """Warn when one call on ``lease`` can block longer than ``duration - renew_deadline``.
+
+    That margin is what keeps a holder that gives up at its renew deadline from acting after
+    someone else could take the lease; a client whose call can outlast it (redis-py's defaults:
+    5 s timeouts, retries) breaks the promise, so every lease user checks it once, here.
+    ``holder`` names who would act late ("leader", "shard owner").
+    """
+    margin = lease.duration - renew_deadline
+    if lease.max_call_seconds > margin:
+        log.warning(
+            "one call to the lease %s can block for %.1f s, longer than the %.1f s between the "
+            "renew deadline and the lease expiry: a stalled %s may act after its lease expired "
+            "(use lease_client() with a shorter timeout)",
+            lease.key, lease.max_call_seconds, margin, holder,
+        )  # fmt: skip
 
 
 def hash_tag(key: str) -> str | None:
