@@ -50,12 +50,31 @@ __all__ = [
     "RedisLease",
     "hash_tag",
     "unique_holder",
+    "warn_if_calls_outlast_the_margin",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION: Final = 15.0
 """client-go's LeaseDuration: how long a lease lives without renewal."""
+
+
+def warn_if_calls_outlast_the_margin(lease: Lease, renew_deadline: float, holder: str) -> None:
+    """Warn when one call on ``lease`` can block longer than ``duration - renew_deadline``.
+
+    That margin is what keeps a holder that gives up at its renew deadline from acting after
+    someone else could take the lease; a client whose call can outlast it (redis-py's defaults:
+    5 s timeouts, retries) breaks the promise, so every lease user checks it once, here.
+    ``holder`` names who would act late ("leader", "shard owner").
+    """
+    margin = lease.duration - renew_deadline
+    if lease.max_call_seconds > margin:
+        log.warning(
+            "one call to the lease %s can block for %.1f s, longer than the %.1f s between the "
+            "renew deadline and the lease expiry: a stalled %s may act after its lease expired "
+            "(use lease_client() with a shorter timeout)",
+            lease.key, lease.max_call_seconds, margin, holder,
+        )  # fmt: skip
 
 
 def hash_tag(key: str) -> str | None:
@@ -200,14 +219,19 @@ class RedisLease:
             )
         # A stall costs one connect or one read timeout per attempt, then the attempt fails.
         # An estimate: backoff sleeps are left out, and so are reads that each almost time out.
-        self._max_call = (
+        self.max_call_seconds: Final = (
             math.inf if retries < 0 else (retries + 1) * (connect_timeout + socket_timeout)
         )
+        """Estimated worst case of one call from the client's timeouts and retry count."""
         self._client = client
-        self._key = key
-        self._epoch_key = epoch_key
-        self._holder = holder
-        self._duration = float(duration)
+        self.key: Final = key
+        """The lease hash's key."""
+        self.epoch_key: Final = epoch_key
+        """The epoch counter's key."""
+        self.holder: Final = holder
+        """Our holder identity."""
+        self.duration: Final = float(duration)
+        """Seconds the lease lives after each acquire or renewal."""
         self._duration_ms = max(1, round(duration * 1000))
         self._acquire = client.register_script(lease_scripts.ACQUIRE_OR_RENEW)
         self._release = client.register_script(lease_scripts.RELEASE)
@@ -217,36 +241,11 @@ class RedisLease:
         self._held_epoch = 0
         self._read = client.register_script(lease_scripts.READ)
 
-    @property
-    def key(self) -> str:
-        """The lease hash's key."""
-        return self._key
-
-    @property
-    def epoch_key(self) -> str:
-        """The epoch counter's key."""
-        return self._epoch_key
-
-    @property
-    def holder(self) -> str:
-        """Our holder identity."""
-        return self._holder
-
-    @property
-    def duration(self) -> float:
-        """Seconds the lease lives after each acquire or renewal."""
-        return self._duration
-
-    @property
-    def max_call_seconds(self) -> float:
-        """Estimated worst case of one call from the client's timeouts and retry count."""
-        return self._max_call
-
     def try_acquire_or_renew(self) -> LeaseStatus:
         """Acquire the lease if free or expired, renew it if ours, else report who holds it."""
         held, epoch, holder, ttl_ms = self._acquire(
-            keys=[self._key, self._epoch_key],
-            args=[self._holder, self._duration_ms, self._held_epoch],
+            keys=[self.key, self.epoch_key],
+            args=[self.holder, self._duration_ms, self._held_epoch],
         )
         self._held_epoch = int(epoch) if held else 0
         return LeaseStatus(
@@ -266,7 +265,7 @@ class RedisLease:
         ``epoch``, even if Redis lost the epoch counter.
         """
         held, current, holder, ttl_ms = self._renew(
-            keys=[self._key], args=[self._holder, self._duration_ms, epoch]
+            keys=[self.key], args=[self.holder, self._duration_ms, epoch]
         )
         if held:
             self._held_epoch = int(current)
@@ -281,13 +280,13 @@ class RedisLease:
     def release(self) -> bool:
         """Delete the lease if we hold it; ``True`` if it was ours (now free for anyone)."""
         self._held_epoch = 0
-        return bool(self._release(keys=[self._key], args=[self._holder]))
+        return bool(self._release(keys=[self.key], args=[self.holder]))
 
     def holder_and_epoch(self) -> tuple[str | None, int]:
         """Who holds the lease (``None``: nobody) and its epoch, or the last epoch issued."""
-        holder, epoch = self._read(keys=[self._key, self._epoch_key])
+        holder, epoch = self._read(keys=[self.key, self.epoch_key])
         name = _text(holder)
         return (name or None), int(epoch)
 
     def __repr__(self) -> str:
-        return f"RedisLease(key={self._key!r}, holder={self._holder!r})"
+        return f"RedisLease(key={self.key!r}, holder={self.holder!r})"
