@@ -21,7 +21,7 @@ call to the file named by ``IB_RECORD_FILE``:
     the shard's lease, so ``mine`` must always be true, and ``epoch`` tells the ownership
     periods of a shard apart (every acquisition gets a new, higher epoch).
 ``lease_read``, ``unread_since``
-    ``True`` and ``null`` here. :class:`tests.chaos.recorder.OutageRecorder`, which records
+    ``True`` and ``null`` here. :class:`bench.chaos.recorder.OutageRecorder`, which records
     through Redis outages, sets them when the lease could not be read (see there).
 
 Each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor before the call
