@@ -18,6 +18,8 @@ from tests.support.redis_server import RedisServer
 
 socket_origins.install()
 
+pytest_plugins = ["tests.support.simulator"]
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:

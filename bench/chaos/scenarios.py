@@ -80,8 +80,8 @@ from tests.support.bus import (
     ReflectorProcess,
     duplicate_problems,
     order_problems,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 __all__ = ["FULL", "REDIS_FAULTS", "SHORT", "Result", "Scenario", "Timings", "run", "table"]
 
@@ -298,9 +298,9 @@ class _Pipeline:
             self.sim.slow_responses(self.scenario.slow_list)
         first = self.reflectors[0].start()
         wait_until(lambda: first.holds(self.bus.holder()), 60, interval=0.05,
-                   message="the first reflector to lead")  # fmt: skip
+                   what="the first reflector to lead")  # fmt: skip
         if settle:
-            wait_until(self.bus.synced, 60, interval=0.1, message="the reflector to sync")
+            wait_until(self.bus.synced, 60, interval=0.1, what="the reflector to sync")
         for standby in self.reflectors[1:]:
             standby.start()
         for process in self.processors:
@@ -311,7 +311,7 @@ class _Pipeline:
         # moves shards afterwards.
         wait_until(
             lambda: self.recovered() and not assignment_problems(self.bus, self.live_processors()),
-            60, interval=0.2, message=self.why_not_recovered,
+            60, interval=0.2, what=self.why_not_recovered,
         )  # fmt: skip
 
     def leader(self) -> ReflectorProcess | None:
@@ -410,7 +410,7 @@ class _Fault:
         return []
 
     def _leader(self) -> ReflectorProcess:
-        return wait_until(self.pipeline.leader, 30, interval=0.05, message="a leading reflector")
+        return wait_until(self.pipeline.leader, 30, interval=0.05, what="a leading reflector")
 
     def _takeover(self, old: ReflectorProcess, since: float) -> tuple[ReflectorProcess, float]:
         """Wait until another reflector leads; returns it and the seconds since ``since``."""
@@ -420,7 +420,7 @@ class _Fault:
             return None if leader is old else leader
 
         new = wait_until(standby_leads, self.scenario.timings.lease + 10, interval=0.02,
-                         message="the standby to lead")  # fmt: skip
+                         what="the standby to lead")  # fmt: skip
         seconds = time.monotonic() - since
         self.notes.append(f"the standby led {seconds:.1f} s after the fault struck")
         return new, seconds
@@ -453,7 +453,7 @@ class _ReflectorKillDuringList(_Fault):
     def wait_for_the_moment(self) -> None:
         bus = self.pipeline.bus
         wait_until(lambda: bus.length() >= self.scenario.pods // 3, 120, interval=0.01,
-                   message="a third of the initial list on the streams")  # fmt: skip
+                   what="a third of the initial list on the streams")  # fmt: skip
 
     def apply(self) -> None:
         pipeline = self.pipeline
@@ -529,7 +529,7 @@ class _ReflectorPause(_Fault):
             problems.append("the standby took over before the old leader's writes were counted")
         try:
             wait_until(lambda: _metric_total(old, "informer_bus_reflector_leader") == 0, 15,
-                       message="the old leader's leader gauge to drop")  # fmt: skip
+                       what="the old leader's leader gauge to drop")  # fmt: skip
         except AssertionError as error:
             problems.append(str(error))
         accepted = _metric_total(old, PUBLISHED)
@@ -681,7 +681,7 @@ class _ApiErrors(_Fault):
             try:
                 wait_until(lambda: sim.faults.snapshot().fail_remaining == 0,
                            self.scenario.downtime, interval=0.05,
-                           message=f"the {status} burst to be served")  # fmt: skip
+                           what=f"the {status} burst to be served")  # fmt: skip
             except AssertionError as error:
                 self.unserved.append(str(error))
                 sim.fail_next(0)
@@ -787,7 +787,7 @@ def _exercise(pipeline: _Pipeline, result: Result) -> None:
     try:
         wait_until(
             pipeline.recovered, scenario.recovery_timeout, interval=0.1,
-            message=pipeline.why_not_recovered,
+            what=pipeline.why_not_recovered,
         )  # fmt: skip
         result.recovery = time.monotonic() - mended
     except AssertionError as error:
@@ -798,7 +798,7 @@ def _exercise(pipeline: _Pipeline, result: Result) -> None:
         pipeline.sim.start_churn(rate=scenario.churn_rate, seconds=scenario.aftermath,
                                  seed=scenario.seed + 1).wait(scenario.aftermath + 30)  # fmt: skip
         try:
-            wait_until(pipeline.recovered, 30, interval=0.1, message=pipeline.why_not_recovered)
+            wait_until(pipeline.recovered, 30, interval=0.1, what=pipeline.why_not_recovered)
         except AssertionError as error:
             result.problems.append(f"after the recovery: {error}")
 

@@ -59,13 +59,8 @@ from tests.processor.ha.conftest import (
     wait_balanced,
 )
 from tests.reflector.ha.conftest import reflector_flags
-from tests.support.bus import (
-    Bus,
-    ProcessorProcess,
-    ReflectorProcess,
-    duplicate_problems,
-    wait_until,
-)
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, duplicate_problems
+from tests.support.waiting import wait_until
 
 __all__ = ["Result", "Sample", "SoakConfig", "run", "table", "write_samples"]
 
@@ -326,7 +321,7 @@ class Pipeline:
 
     def start(self) -> None:
         self.reflector.start()
-        wait_until(self.bus.synced, 120, interval=0.2, message="the reflector to sync")
+        wait_until(self.bus.synced, 120, interval=0.2, what="the reflector to sync")
         self.spawn(LONG_LIVED, LONG_LIVED)
         self.spawn(RESTARTED, f"{RESTARTED}#1")
         wait_balanced(self.bus, self.live(), timeout=60)
@@ -350,7 +345,7 @@ class Pipeline:
                 found.append(document)
             return found
 
-        documents = wait_until(dumps, timeout, interval=0.1, message="the cache dumps")
+        documents = wait_until(dumps, timeout, interval=0.1, what="the cache dumps")
         union: dict[str, str] = {}
         problems: list[str] = []
         owners: dict[int, int] = {}
@@ -424,7 +419,7 @@ def _soak(pipeline: Pipeline, result: Result, progress: Callable[[str], None]) -
             wait_until(
                 lambda: sampler.samples and sampler.samples[-1].t > churn_end - started
                 and sampler.samples[-1].lag == 0,
-                config.drain_timeout, interval=0.2, message="the lag to drop to 0",
+                config.drain_timeout, interval=0.2, what="the lag to drop to 0",
             )  # fmt: skip
             result.drain_seconds = time.monotonic() - churn_end
         except AssertionError as error:
@@ -485,7 +480,7 @@ def _converge(pipeline: Pipeline, result: Result, churn_end: float) -> None:
     try:
         wait_until(
             converged, pipeline.config.drain_timeout, interval=0.5,
-            message=lambda: f"the caches to equal the ground truth: {last[:10]}",
+            what=lambda: f"the caches to equal the ground truth: {last[:10]}",
         )  # fmt: skip
         result.converge_seconds = time.monotonic() - churn_end
     except AssertionError as error:

@@ -9,15 +9,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client import ApiClient, Configuration
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-
-FAST = SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(FAST) as simulator:
-        yield simulator
+from informer_bus.apiserver_sim import Simulator
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from kubernetes import client, watch
 
 from informer_bus.apiserver_sim import Simulator
 from informer_bus.apiserver_sim.faults import BAD_LINES, MALFORMED_LINE
-from tests.app.apiserver_sim.conftest import FAST, pod, raw_lines
+from tests.app.apiserver_sim.conftest import pod, raw_lines
+from tests.support.simulator import FAST
 
 
 def _control(http: urllib3.PoolManager, sim: Simulator, action: str, **body: Any) -> Any:

@@ -13,9 +13,9 @@ import redis
 
 from informer_bus.local_redis import free_port
 from tests.app.demo.support import DEMO, PROGRAM, alive, pids
-from tests.support.bus import wait_until
 from tests.support.cli import ROOT, one_line_error, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 
 def test_headless_demo_reaches_synced_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ def test_ctrl_c_stops_the_demo_cleanly_and_removes_its_keys(
             wait_until(
                 lambda: "pipeline synced after" in output.read_text(),
                 40,
-                message=lambda: "the demo to sync:\n" + output.read_text(),
+                what=lambda: "the demo to sync:\n" + output.read_text(),
             )
             prefix = re.search(r"keys under prefix (ib-demo-[0-9a-f]+)", output.read_text())
             assert prefix, output.read_text()

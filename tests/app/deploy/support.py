@@ -33,8 +33,9 @@ from processor_svc.settings import ProcessorSettings
 from reflector_svc.resources import ResourceSpec
 from reflector_svc.settings import ENV_PREFIX as REFLECTOR_ENV_PREFIX
 from reflector_svc.settings import ReflectorSettings
-from tests.support.bus import ServiceProcess, wait_until
+from tests.support.bus import ServiceProcess
 from tests.support.redis_server import free_port
+from tests.support.waiting import wait_until
 
 __all__ = [
     "COMPOSE_FILE",
@@ -332,7 +333,7 @@ class LocalService(ServiceProcess):
             lambda: self.probe("/healthz") == 200 and self.probe("/readyz") == 200,
             timeout,
             interval=0.2,
-            message=lambda: f"{' '.join(self.args[1:2])} to be ready; its log:\n{self.log()}",
+            what=lambda: f"{' '.join(self.args[1:2])} to be ready; its log:\n{self.log()}",
         )
 
 

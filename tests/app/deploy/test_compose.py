@@ -33,7 +33,8 @@ from tests.app.deploy.support import (
     pipeline_problems,
     settings_of,
 )
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
+from tests.support.waiting import wait_until
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "compose-spec.json"
 INFORMER_BUS_SERVICES = ("apiserver-sim", "reflector", "processor")
@@ -305,7 +306,7 @@ class LocalStack:
     def wait_for_redis(self) -> None:
         client = redis.Redis.from_url(self.redis_url, socket_timeout=1)
         try:
-            wait_until(lambda: _pings(client), 10, message="the compose redis to answer PING")
+            wait_until(lambda: _pings(client), 10, what="the compose redis to answer PING")
         finally:
             client.close()
 
@@ -370,9 +371,9 @@ def test_one_reflector_leads_and_publishes_the_simulated_pods(stack: LocalStack,
     for reflector in reflectors:
         reflector.wait_ready()
     pids = {str(reflector.pid) for reflector in reflectors}
-    holder = wait_until(bus.holder, 10, message="a reflector to lead")
+    holder = wait_until(bus.holder, 10, what="a reflector to lead")
     assert holder.split("/")[1] in pids
-    wait_until(bus.synced, 30, message="the leader to publish its first list")
+    wait_until(bus.synced, 30, what="the leader to publish its first list")
     assert bus.length() > 0
 
 
@@ -384,7 +385,7 @@ def test_processors_share_every_shard(stack: LocalStack, bus: Bus) -> None:
         holders = bus.shard_holders().values()
         return None not in holders and {h.split("/")[1] for h in holders if h} == pids
 
-    wait_until(shared, 30, interval=0.2, message=lambda: f"shards shared: {bus.shard_holders()}")
+    wait_until(shared, 30, interval=0.2, what=lambda: f"shards shared: {bus.shard_holders()}")
     for processor in processors:
         processor.wait_ready()
 
@@ -422,7 +423,7 @@ def test_a_documented_exec_command_runs_in_the_service_environment(
     environment (image ENV, then compose ``environment``), with only the Redis host localized."""
     argv = command.split()
     assert argv[0] == "informer-bus", f"{document}: {command!r} does not run informer-bus"
-    wait_until(bus.synced, 60, message="the stack's reflector to publish its first list")
+    wait_until(bus.synced, 60, what="the stack's reflector to publish its first list")
     launch = launch_for(SERVICES[service]["command"], compose_environment(SERVICES[service]))
     redis_url = settings_of(launch).redis_url
     local_url = urlsplit(redis_url)._replace(netloc=urlsplit(stack.redis_url).netloc).geturl()

@@ -37,8 +37,9 @@ from tests.app.deploy.support import (
     settings_of,
     uid_of_user,
 )
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 Document = dict[str, Any]
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
@@ -420,7 +421,7 @@ def test_the_deployments_start_and_reach_ready_locally(
         client = redis.Redis.from_url(local_cluster.redis_url)
         try:
             bus = Bus(client, "pods", shard_count=settings_of(launch).shard_count)
-            wait_until(bus.synced, 30, message="the reflector to publish the pods")
+            wait_until(bus.synced, 30, what="the reflector to publish the pods")
             assert bus.length() >= 50
         finally:
             client.close()

@@ -16,9 +16,10 @@ import redis
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.local_redis import free_port
 from informer_bus.status import collect_status, discover_resources, redacted_url, status_client
-from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, wait_until
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 PODS = 300
@@ -60,9 +61,9 @@ def pipeline(
         try:
             reflector.start()
             processor.start()
-            wait_until(lambda: processor.probe() == 200, 30, message="the processor synced")
+            wait_until(lambda: processor.probe() == 200, 30, what="the processor synced")
             bus = Bus(redis_client, "pods", shard_count=SHARDS)
-            wait_until(bus.synced, 30, message="the reflector synced")
+            wait_until(bus.synced, 30, what="the reflector synced")
             yield Pipeline(redis_server.url, reflector, processor)
         finally:
             processor.close()
@@ -79,7 +80,7 @@ def test_status_reports_leader_owners_lag_and_processors_as_json_and_table(
             snapshot = collect_status(client, member_ttl=MEMBER_TTL)
             return all(shard.lag == 0 for shard in snapshot.resources[0].shards)
 
-        wait_until(caught_up, 20, message="lag 0 on every shard")
+        wait_until(caught_up, 20, what="lag 0 on every shard")
     finally:
         client.close()
 

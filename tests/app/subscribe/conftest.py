@@ -18,9 +18,10 @@ from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from reflector_svc.publisher import PendingDelta, ShardPublisher
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
-from tests.support.bus import Bus, Entry, wait_until
+from tests.support.bus import Bus, Entry
 from tests.support.cli import ROOT, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 PROGRAM = "informer-bus subscribe"
@@ -102,7 +103,7 @@ def wait_for_a_later_millisecond(client: redis.Redis, entry_id: str) -> None:
         seconds, micros = client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    wait_until(lambda: now_ms() > id_order(entry_id)[0], 5, 0.001, "a later millisecond")
+    wait_until(lambda: now_ms() > id_order(entry_id)[0], 5, "a later millisecond", interval=0.001)
 
 
 def run_subscribe(
@@ -149,8 +150,8 @@ def pipeline(redis_server: RedisServer, bus: Bus) -> Iterator[Pipeline]:
         reflector.start()
         try:
             running = Pipeline(sim, reflector, bus)
-            wait_until(reflector.is_synced, 20, message="the reflector to sync")
-            wait_until(running.caught_up, 20, message="the bus to hold every pod")
+            wait_until(reflector.is_synced, 20, what="the reflector to sync")
+            wait_until(running.caught_up, 20, what="the bus to hold every pod")
             yield running
         finally:
             reflector.stop()

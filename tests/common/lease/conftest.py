@@ -1,10 +1,9 @@
-"""What the lease and leader-election tests share: short timings, the keys, lease clients on
-the session's redis-server, and a patient ``wait_until``."""
+"""What the lease and leader-election tests share: short timings, the keys, and lease clients on
+the session's redis-server."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,15 +18,6 @@ LEASE = 1.0
 RENEW_DEADLINE = 0.6
 RETRY = 0.1
 TIMEOUT = 0.15  # client timeouts: one call stalls at most 0.3 s < LEASE - RENEW_DEADLINE
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ from tests.common.lease.conftest import (
     RETRY,
     TIMEOUT,
     make_lease,
-    wait_until,
 )
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 # --- LeaderElector -------------------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ class Recorder:
 
     def first(self, name: str, timeout: float = 2.0) -> Term:
         """The first term of ``name``, once its callback has started (just after is_leader)."""
-        assert wait_until(lambda: bool(self.of(name)), timeout)
+        wait_until(lambda: bool(self.of(name)), timeout, interval=0.005)
         return self.of(name)[0]
 
     def of(self, name: str) -> list[Term]:
@@ -192,7 +192,12 @@ def test_one_elector_leads_renews_and_releases_on_stop(
             return {t.name for t in threading.enumerate() if t.name.startswith("leader-")}
 
         # Leadership is announced before the work thread runs: give it a moment to start.
-        assert wait_until(lambda: leader_threads() == expected, 2), leader_threads()
+        wait_until(
+            lambda: leader_threads() == expected,
+            2,
+            interval=0.005,
+            what=lambda: repr(leader_threads()),
+        )
         time.sleep(LEASE * 1.5)  # well past one lease duration: renewals keep it
         assert (elector.is_leader, elector.epoch) == (True, 1)
         assert redis_client.pttl(KEY) > 0, "renewals keep the lease alive"
@@ -219,7 +224,7 @@ def test_two_electors_one_leader_and_ungraceful_takeover_within_lease(
     for elector in electors.values():
         elector.start()
     try:
-        assert wait_until(lambda: any(e.is_leader for e in electors.values()))
+        wait_until(lambda: any(e.is_leader for e in electors.values()), interval=0.005)
         time.sleep(0.5)  # both keep competing; still exactly one leads
         leaders = [name for name, e in electors.items() if e.is_leader]
         assert len(leaders) == 1
@@ -278,10 +283,10 @@ def test_failed_renewals_past_the_deadline_step_down_before_the_lease_expires(
         b.start()
         flaky.fail_renew = flaky.fail_release = True  # a is cut off from Redis
         cut_at = time.monotonic()
-        assert wait_until(lambda: not a.is_leader, timeout=2)
+        wait_until(lambda: not a.is_leader, timeout=2, interval=0.005)
         gave_up = time.monotonic() - cut_at
         assert RENEW_DEADLINE - RETRY - 0.05 <= gave_up <= RENEW_DEADLINE + 0.3
-        assert wait_until(lambda: recorder.stopped.get("a") == 1)
+        wait_until(lambda: recorder.stopped.get("a") == 1, interval=0.005)
         assert b.wait_for_leadership(timeout=LEASE + 1)
         assert b.epoch == 2
         assert a.epoch is None
@@ -308,8 +313,8 @@ def test_a_leader_that_sees_another_holder_stops_leading(
     try:
         assert a.wait_for_leadership(timeout=2)
         redis_client.hset(KEY, mapping={"holder": "intruder", "epoch": 99})
-        assert wait_until(lambda: not a.is_leader, timeout=1)
-        assert wait_until(lambda: recorder.stopped.get("a") == 1)
+        wait_until(lambda: not a.is_leader, timeout=1, interval=0.005)
+        wait_until(lambda: recorder.stopped.get("a") == 1, interval=0.005)
         assert redis_client.hget(KEY, "holder") == b"intruder"  # not ours: not released
     finally:
         a.stop()
@@ -340,7 +345,7 @@ def test_step_down_stops_leading_and_never_reuses_the_fenced_epoch(
     holder.append(elector)
     elector.start()
     try:
-        assert wait_until(lambda: elector.epoch == 2, timeout=2)
+        wait_until(lambda: elector.epoch == 2, timeout=2, interval=0.005)
     finally:
         elector.stop()
     assert results == [False, True, True, False]
@@ -371,12 +376,12 @@ def test_a_fenced_epoch_is_not_led_again_even_when_its_release_failed(
     holder.append(elector)
     elector.start()
     try:
-        assert wait_until(lambda: recorder.stopped.get("a") == 1)
+        wait_until(lambda: recorder.stopped.get("a") == 1, interval=0.005)
         time.sleep(0.3)  # candidate renews "its" epoch-1 lease but must not lead with it
         assert not elector.is_leader
         assert redis_client.hget(KEY, "epoch") == b"1"
         flaky.fail_release = False  # the next attempt frees it; then a new epoch
-        assert wait_until(lambda: elector.epoch == 2, timeout=2)
+        wait_until(lambda: elector.epoch == 2, timeout=2, interval=0.005)
     finally:
         elector.stop()
     assert [t.epoch for t in recorder.of("a")] == [1, 2]
@@ -401,7 +406,7 @@ def test_a_leading_callback_that_returns_or_raises_gives_up_leadership(
         **recorder.callbacks("a", body),
     )
     with caplog.at_level(logging.ERROR, logger="common.leader_election"), elector:
-        assert wait_until(lambda: elector.epoch == 3, timeout=3)
+        wait_until(lambda: elector.epoch == 3, timeout=3, interval=0.005)
     assert [t.epoch for t in recorder.of("a")] == [1, 2, 3]
     assert recorder.stopped == {"a": 3}
     assert "the leading callback failed" in caplog.text
@@ -431,7 +436,7 @@ def test_stop_from_the_leading_callback_is_refused(
     holder.append(elector)
     elector.start()
     try:
-        assert wait_until(lambda: bool(errors), timeout=2)
+        wait_until(lambda: bool(errors), timeout=2, interval=0.005)
     finally:
         elector.stop()
     assert "step_down" in str(errors[0])
@@ -455,7 +460,7 @@ def test_redis_restart_no_crash_and_leadership_comes_back(
             assert elector.wait_for_leadership(timeout=2)
             server.stop()
             down_at = time.monotonic()
-            assert wait_until(lambda: not elector.is_leader, timeout=2)
+            wait_until(lambda: not elector.is_leader, timeout=2, interval=0.005)
             assert time.monotonic() - down_at <= RENEW_DEADLINE + 0.3
             time.sleep(0.8)  # a candidate failing against a dead Redis, many times
             assert elector.is_leader is False
@@ -494,7 +499,9 @@ def test_three_electors_with_churn_never_overlap(
         launch(name)
     try:
         for round_ in range(6):
-            assert wait_until(lambda: any(e.is_leader for e in running.values()), timeout=2.5)
+            wait_until(
+                lambda: any(e.is_leader for e in running.values()), timeout=2.5, interval=0.005
+            )
             leader = next(n for n, e in running.items() if e.is_leader)
             running[leader].stop(release=round_ % 2 == 0)  # graceful and crash, alternating
             launch(leader)

@@ -14,9 +14,8 @@ import pytest
 import redis
 
 from common.redis_config import redis_client
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from tests.support.bus import wait_until
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.waiting import wait_until
 
 NODES = 3
 
@@ -70,7 +69,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         )  # fmt: skip
         wait_until(
             lambda: all(_cluster_ok(node) for node in nodes), 20, interval=0.1,
-            message="cluster_state:ok on every node",
+            what="cluster_state:ok on every node",
         )  # fmt: skip
         yield LocalCluster(tuple(nodes))
     finally:
@@ -87,9 +86,3 @@ def cluster_client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)) as simulator:
-        yield simulator

@@ -28,9 +28,10 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, wait_until
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 16
 CLI = (sys.executable, "-m", "informer_bus.cli")
@@ -109,7 +110,7 @@ def test_pipeline_on_a_cluster_under_churn_with_a_kill(
 ) -> None:
     sim.populate("pods", 300, seed=21)
     reflector = services("reflector")
-    wait_until(bus.synced, 30, message="the reflector to sync on the cluster")
+    wait_until(bus.synced, 30, what="the reflector to sync on the cluster")
     p1, p2 = services("p1"), services("p2")
     assert isinstance(p1, ProcessorProcess) and isinstance(p2, ProcessorProcess)
     wait_balanced(bus, [p1, p2])

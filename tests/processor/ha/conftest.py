@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
-from tests.support.bus import Bus, Entry, ProcessorProcess, wait_until
+from tests.support.bus import Bus, Entry, ProcessorProcess
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 8
 LEASE = 2.0
@@ -41,12 +42,6 @@ HANDLER = "tests.support.recording_handler:Recorder"
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -446,7 +441,7 @@ def wait_balanced(bus: Bus, live: Sequence[ProcessorProcess], timeout: float = 3
 
     wait_until(
         settled, timeout, interval=0.1,
-        message=lambda: f"balanced, ready processors: {assignment_problems(bus, live)}",
+        what=lambda: f"balanced, ready processors: {assignment_problems(bus, live)}",
     )  # fmt: skip
 
 
@@ -471,7 +466,7 @@ def wait_converged(
         hints = stream_problems(calls, bus.all_entries())[:5]
         return f"the stores to match the ground truth: {wrong}; stream problems: {hints}"
 
-    wait_until(converged, timeout, interval=0.2, message=why)
+    wait_until(converged, timeout, interval=0.2, what=why)
     return found
 
 

@@ -23,8 +23,9 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, ProcessorProcess, wait_until
+from tests.support.bus import Bus, ProcessorProcess
 from tests.support.cli import one_line_error, run_command
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = [sys.executable, "-m", "processor_svc"]
@@ -136,7 +137,7 @@ def test_sigterm_exits_0_and_hands_the_shards_over_at_once(
 ) -> None:
     sim.populate("pods", 200, seed=21)
     start_reflector()
-    wait_until(bus.synced, 30, message="the reflector to sync")
+    wait_until(bus.synced, 30, what="the reflector to sync")
     # 30 s leases: a shard that moves within seconds was released, not left to expire.
     slow_leases = {"lease_duration": 30.0, "renew_deadline": 20.0}
     # The first processor is configured through the environment alone.

@@ -32,7 +32,8 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, Entry, ProcessorProcess, wait_until
+from tests.support.bus import Bus, Entry, ProcessorProcess
+from tests.support.waiting import wait_until
 
 GROUP = "processors"
 
@@ -117,7 +118,7 @@ def test_kill_9_add_and_graceful_stop_under_churn(
 ) -> None:
     sim.populate("pods", 400, seed=11)
     start_reflector()
-    wait_until(bus.synced, 30, message="the reflector to sync")
+    wait_until(bus.synced, 30, what="the reflector to sync")
     p1, p2, p3 = (spawn(member) for member in ("p1", "p2", "p3"))
     wait_balanced(bus, [p1, p2, p3])
     before_churn = len(read_calls(tmp_path))
@@ -127,7 +128,7 @@ def test_kill_9_add_and_graceful_stop_under_churn(
         # kill -9 mid-stream: p1 has applied live deltas, and more are coming.
         wait_until(
             lambda: live_calls(read_calls(tmp_path), "p1") >= 30, 20, interval=0.02,
-            message="p1 to handle live deltas",
+            what="p1 to handle live deltas",
         )  # fmt: skip
         p1_shards = p1.owned_shards(bus)
         p1.kill()
@@ -181,7 +182,7 @@ def test_kill_9_with_entries_in_flight_delivers_their_deletions(
     redis_client = bus.client
     sim.populate("pods", 300, seed=12)
     start_reflector()
-    wait_until(bus.synced, 30, message="the reflector to sync")
+    wait_until(bus.synced, 30, what="the reflector to sync")
     p2, p3 = spawn("p2"), spawn("p3")
     wait_balanced(bus, [p2, p3])
     # p1 joins last (it only gains shards) with a slow handler: 5 ms per call, so its entries
@@ -195,7 +196,7 @@ def test_kill_9_with_entries_in_flight_delivers_their_deletions(
         p1_shards = p1.owned_shards(bus)
         wait_until(
             lambda: pending_deletions(redis_client, bus, p1_shards) >= 5, 20, interval=0.02,
-            message="deletions in flight at p1",
+            what="deletions in flight at p1",
         )  # fmt: skip
         epochs = bus.shard_epochs()
         p1.kill()
@@ -256,7 +257,7 @@ def test_handover_with_a_handler_backlog_keeps_one_owner_per_shard(
     owner starts, and keeps the others -- whatever it does with its backlog."""
     sim.populate("pods", 200, seed=14)
     start_reflector()
-    wait_until(bus.synced, 30, message="the reflector to sync")
+    wait_until(bus.synced, 30, what="the reflector to sync")
     p1 = spawn("p1", env={"IB_RECORD_DELAY": "0.01"})
     wait_balanced(bus, [p1])
     churn = sim.start_churn(rate=300, seconds=3, seed=14)
@@ -271,7 +272,7 @@ def test_handover_with_a_handler_backlog_keeps_one_owner_per_shard(
             stores = final_stores(calls, bus.shard_epochs())
             return not assignment_problems(bus, [p1, p2]) and stores == sim.ground_truth("pods")
 
-        wait_until(settled, 40, interval=0.2, message="the handover to complete")
+        wait_until(settled, 40, interval=0.2, what="the handover to complete")
     finally:
         churn.wait(30)
     calls = read_calls(tmp_path)

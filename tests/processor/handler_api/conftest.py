@@ -8,8 +8,7 @@ the next test (the root conftest would then fail that one too).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -87,15 +86,6 @@ def synced_lister(*objects: Obj) -> tuple[ShardedLister, Indexer]:
     lister.attach(0, store)
     lister.mark_synced(0)
     return lister, store
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = SOON) -> None:
-    """Poll for a state another thread reaches without signalling us; fail if it never does."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not reached within {timeout} s")
-        time.sleep(0.001)
 
 
 @pytest.fixture

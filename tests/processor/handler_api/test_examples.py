@@ -16,7 +16,8 @@ from processor_svc.examples.pod_phase_counter import PHASE_INDEX, PodPhaseCounte
 from processor_svc.examples.replica_checker import ReplicaChecker, Shortfall
 from processor_svc.handlers import load_handler
 from processor_svc.lister import ShardedLister
-from tests.processor.handler_api.conftest import deployment, make_context, pod, wait_until
+from tests.processor.handler_api.conftest import deployment, make_context, pod
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 

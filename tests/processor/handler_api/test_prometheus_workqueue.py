@@ -19,7 +19,8 @@ from common.workqueue import (
     RateLimitingQueue,
 )
 from processor_svc.controller import Controller
-from tests.processor.handler_api.conftest import make_context, synced_lister, wait_until
+from tests.processor.handler_api.conftest import make_context, synced_lister
+from tests.support.waiting import wait_until
 
 
 def value(registry: CollectorRegistry, sample: str, queue: str) -> float | None:

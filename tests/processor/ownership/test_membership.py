@@ -7,7 +7,6 @@ only clock membership trusts.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -16,6 +15,7 @@ from common.redis_config import lease_client
 from common.redis_layout import ResourceKeys
 from processor_svc.membership import Membership, decode_members
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 TTL = 0.5
 KEY = "ib:{pods}:members"
@@ -28,15 +28,6 @@ def redis_ms(client: redis.Redis) -> int:
 
 def member(client: redis.Redis, name: str, ttl: float = TTL) -> Membership:
     return Membership(client, prefix="ib", resource="pods", member_id=name, ttl=ttl)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_key_is_the_resource_members_key(redis_client: redis.Redis) -> None:
@@ -65,7 +56,7 @@ def test_a_member_is_gone_once_its_deadline_passes(redis_client: redis.Redis) ->
     a.heartbeat()
     b.heartbeat()
     assert b.live_members() == ["a", "b"]
-    assert wait_until(lambda: b.live_members() == ["b"], timeout=2)
+    wait_until(lambda: b.live_members() == ["b"], timeout=2, interval=0.01)
     # Reading does not write; the next heartbeat (anyone's) prunes the dead entry.
     assert redis_client.zscore(KEY, "a") is not None
     assert b.heartbeat() == ["b"]

@@ -33,6 +33,7 @@ from common.redis_config import lease_client
 from common.redis_layout import ResourceKeys, ShardKeys
 from processor_svc.ownership import ShardOwnership
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 16
 HEARTBEAT = 0.05
@@ -58,15 +59,6 @@ FAST: Timings = {
     "renew_deadline": RENEW_DEADLINE,
     "retry_period": RETRY,
 }
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @dataclass
@@ -304,7 +296,7 @@ def test_start_twice_and_stop_from_a_callback_are_refused(cluster: Cluster) -> N
     member.start()
     with pytest.raises(RuntimeError, match="started only once"):
         member.start()
-    assert wait_until(lambda: len(errors) == SHARDS, timeout=3)
+    wait_until(lambda: len(errors) == SHARDS, timeout=3, interval=0.005)
     assert "callback" in str(errors[0])
     assert member.wait_for_assignment(timeout=3)
 
@@ -337,7 +329,7 @@ def test_second_member_takes_half_with_the_fewest_moves(cluster: Cluster) -> Non
     a = cluster.make("a")
     assert a.wait_for_assignment(timeout=3)
     b = cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     assert a.wait_for_assignment(timeout=1)
     assert b.wait_for_assignment(timeout=1)
     assert counts(a, b) == [8, 8]
@@ -368,17 +360,17 @@ def test_a_hand_over_stops_every_leaving_shard_before_waiting_for_the_first(
     assert a.wait_for_assignment(timeout=3)
     assert told == []
     b = cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=5)
+    wait_until(lambda: balanced(a, b), timeout=5, interval=0.005)
     assert seen_while_handing_over == [[list(range(8, 16))]]
 
 
 def test_third_member_balances_six_five_five(cluster: Cluster) -> None:
     a, b = cluster.make("a"), cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     before = {name: set(m.owned()) for name, m in (("a", a), ("b", b))}
     moved_before = a.losses + b.losses
     c = cluster.make("c")
-    assert wait_until(lambda: balanced(a, b, c), timeout=3)
+    wait_until(lambda: balanced(a, b, c), timeout=3, interval=0.005)
     assert sorted(counts(a, b, c)) == [5, 5, 6]
     # Only c gains; a and b each keep a subset of what they had.
     assert set(a.owned()) <= before["a"]
@@ -389,11 +381,12 @@ def test_third_member_balances_six_five_five(cluster: Cluster) -> None:
 
 def test_more_members_than_shards(cluster: Cluster) -> None:
     few = [cluster.make(name, resource="few", shard_count=2) for name in ("a", "b", "c")]
-    assert wait_until(
+    wait_until(
         lambda: (
             sorted(counts(*few)) == [0, 1, 1] and all(m.wait_for_assignment(timeout=0) for m in few)
         ),
         timeout=3,
+        interval=0.005,
     )
 
 
@@ -424,12 +417,12 @@ def test_graceful_stop_hands_over_well_before_the_lease_expires(
     cluster: Cluster, redis_client: redis.Redis, log: IntervalLog
 ) -> None:
     a, b = cluster.make("a"), cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     stopped_at = time.monotonic()
     b.stop()
     assert b.owned() == {}
     assert redis_client.zscore(ResourceKeys("ib", "pods").members, "b") is None
-    assert wait_until(lambda: len(a.owned()) == SHARDS, timeout=3)
+    wait_until(lambda: len(a.owned()) == SHARDS, timeout=3, interval=0.005)
     took = time.monotonic() - stopped_at
     assert took < LEASE / 2, f"hand-over took {took:.2f} s"
     assert b.losses == 8
@@ -439,10 +432,10 @@ def test_graceful_stop_hands_over_well_before_the_lease_expires(
 
 def test_crash_takeover_waits_for_the_lease_to_expire(cluster: Cluster, log: IntervalLog) -> None:
     a, b = cluster.make("a"), cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     crashed_at = time.monotonic()
     b.stop(release=False)
-    assert wait_until(lambda: len(a.owned()) == SHARDS, timeout=5)
+    wait_until(lambda: len(a.owned()) == SHARDS, timeout=5, interval=0.005)
     took = time.monotonic() - crashed_at
     # b renewed at most one retry period before the crash, so its leases outlive it by at least
     # LEASE - RETRY; and a retries at their expiry, not a whole retry period later.
@@ -455,11 +448,11 @@ def test_a_member_that_stops_heartbeating_is_dropped(
     cluster: Cluster, redis_client: redis.Redis
 ) -> None:
     a, b = cluster.make("a"), cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     b.stop(release=False)
     members = ResourceKeys("ib", "pods").members
     assert redis_client.zscore(members, "b") is not None  # a crash does not leave
-    assert wait_until(lambda: redis_client.zscore(members, "b") is None, timeout=3)
+    wait_until(lambda: redis_client.zscore(members, "b") is None, timeout=3, interval=0.005)
 
 
 def test_a_lease_taken_by_another_holder_is_lost_at_the_next_renewal(
@@ -472,7 +465,7 @@ def test_a_lease_taken_by_another_holder_is_lost_at_the_next_renewal(
     # What an expired-and-retaken lease looks like (only a stall past the lease could do this).
     redis_client.hset(keys.lease, mapping={"holder": "intruder", "epoch": 99})
     taken_at = time.monotonic()
-    assert wait_until(lambda: bool(lost), timeout=2)
+    wait_until(lambda: bool(lost), timeout=2, interval=0.005)
     assert lost[0][0] == 5
     assert lost[0][1] - taken_at <= 2 * RETRY + 0.1
     assert 5 not in a.owned()
@@ -488,7 +481,7 @@ def test_a_lapsed_lease_renewed_with_a_new_epoch_is_a_new_ownership(
     a = cluster.make("a")
     assert a.wait_for_assignment(timeout=3)
     redis_client.delete(ShardKeys("ib", "pods", 7).lease)  # as if it had expired
-    assert wait_until(lambda: a.owned().get(7) == 2, timeout=2)
+    wait_until(lambda: a.owned().get(7) == 2, timeout=2, interval=0.005)
     assert (a.acquisitions, a.losses) == (SHARDS + 1, 1)
     ends = [i for i in log.intervals if i.shard == 7]
     assert [i.epoch for i in ends] == [1, 2]
@@ -517,7 +510,7 @@ def test_a_lapsed_ownership_ends_before_its_next_epoch_is_taken(
     assert a.wait_for_assignment(timeout=3)
     assert a.owned()[7] == 1
     redis_client.delete(keys.lease)  # the chosen moment: held, renewed, and now gone
-    assert wait_until(lambda: a.owned().get(7) == 2, timeout=2)
+    wait_until(lambda: a.owned().get(7) == 2, timeout=2, interval=0.005)
     assert seen_at_loss == [(None, None)]  # still lapsed when the old ownership ended
     assert redis_client.hmget(keys.lease, "holder", "epoch") == [b"a", b"2"]
     log.assert_epochs_grow()
@@ -540,7 +533,7 @@ def test_a_stalled_coordinator_gives_up_its_shards_and_takes_them_back_with_new_
             time.sleep(RENEW_DEADLINE + 0.1)
 
     a = cluster.make("a", on_acquired=on_acquired)
-    assert wait_until(lambda: a.losses == SHARDS, timeout=3)
+    wait_until(lambda: a.losses == SHARDS, timeout=3, interval=0.005)
     assert a.wait_for_assignment(timeout=3)
     assert a.owned() == dict.fromkeys(range(SHARDS), 2)
     log.assert_no_overlap()
@@ -565,7 +558,7 @@ def test_redis_down_loses_shards_within_the_renew_deadline_then_recovers(
             assert a.wait_for_assignment(timeout=3)
             server.stop()
             down_at = time.monotonic()
-            assert wait_until(lambda: a.owned() == {}, timeout=3)
+            wait_until(lambda: a.owned() == {}, timeout=3, interval=0.005)
             # Lost at the renew deadline: before the leases (renewed <= RETRY ago) could expire.
             took = time.monotonic() - down_at
             assert took <= LEASE - RETRY - 0.05, f"lost after {took:.2f} s"
@@ -600,7 +593,7 @@ def test_redis_hanging_loses_shards_before_their_leases_expire(
         server.process.send_signal(signal.SIGSTOP)
         stopped = True
         hung_at = time.monotonic()
-        assert wait_until(lambda: a.owned() == {}, timeout=3)
+        wait_until(lambda: a.owned() == {}, timeout=3, interval=0.005)
         took = time.monotonic() - hung_at
         assert took <= LEASE - RETRY - 0.05, f"lost after {took:.2f} s"
         server.process.send_signal(signal.SIGCONT)
@@ -670,7 +663,7 @@ def test_failing_callbacks_do_not_kill_the_coordinator(
         assert a.losses == 4
         # on_lost raising during a rebalance still hands over.
         b = cluster.make("b")
-        assert wait_until(lambda: balanced(a, b), timeout=3)
+        wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     assert sum("on_acquired" in r.getMessage() for r in caplog.records) == 4
     assert any("on_lost" in r.getMessage() for r in caplog.records)
 
@@ -684,7 +677,7 @@ def test_slow_on_lost_delays_the_hand_over_not_the_safety(
     a = cluster.make("a", on_lost=on_lost)
     assert a.wait_for_assignment(timeout=3)
     b = cluster.make("b")
-    assert wait_until(lambda: balanced(a, b), timeout=3)
+    wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     log.assert_no_overlap()
 
 
@@ -707,7 +700,7 @@ def test_random_churn_never_overlaps_and_ends_balanced(
             victim = live.pop(rng.randrange(len(live)))
             victim.stop(release=action == "stop")
         time.sleep(rng.uniform(0.05, 0.6))
-    assert wait_until(lambda: balanced(*live), timeout=LEASE + MEMBER_TTL + 3)
+    wait_until(lambda: balanced(*live), timeout=LEASE + MEMBER_TTL + 3, interval=0.005)
     assert all(member.wait_for_assignment(timeout=2) for member in live)
     for member in list(cluster.members.values()):
         member.stop()

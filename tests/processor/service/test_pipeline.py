@@ -19,8 +19,9 @@ from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 8
 
@@ -151,10 +152,10 @@ def test_processors_split_the_shards_and_their_caches_equal_the_api_state(
             and abs(len(owned_a) - len(owned_b)) <= 1
         )
 
-    wait_until(split, 20, message="both synced, the shards split evenly")
-    wait_until(converged(pipeline, [a, b]), 20, message="caches equal the API state")
+    wait_until(split, 20, what="both synced, the shards split evenly")
+    wait_until(converged(pipeline, [a, b]), 20, what="caches equal the API state")
     pipeline.sim.churn(rate=400, seconds=1.0, seed=2)
-    wait_until(converged(pipeline, [a, b]), 20, message="caches follow the churn")
+    wait_until(converged(pipeline, [a, b]), 20, what="caches follow the churn")
     assert a.readyz()[0] and b.readyz()[0]
 
 
@@ -164,10 +165,10 @@ def test_a_compact_cache_processor_follows_churn_and_handover_like_a_plain_one(
     pipeline.sim.populate("pods", 300, seed=3)
     pipeline.reflector()
     compact, plain = pipeline.processor("compact", compact_cache=True), pipeline.processor("plain")
-    wait_until(converged(pipeline, [compact, plain]), 20, message="caches equal the API state")
+    wait_until(converged(pipeline, [compact, plain]), 20, what="caches equal the API state")
     pipeline.sim.churn(rate=300, seconds=1.0, seed=4)
     pipeline.stop(plain)  # its shards move to the compact one, which loads them as bytes
-    wait_until(converged(pipeline, [compact]), 20, message="the compact cache holds everything")
+    wait_until(converged(pipeline, [compact]), 20, what="the compact cache holds everything")
     assert sorted(compact.owned_shards()) == list(range(SHARDS))
     key = next(iter(pipeline.sim.ground_truth("pods")))
     first, second = compact.lister.get_by_key(key), compact.lister.get_by_key(key)
@@ -180,11 +181,11 @@ def test_handlers_see_each_objects_changes_in_stream_order_and_every_deletion(
     pipeline.sim.populate("pods", 100, seed=3)
     pipeline.reflector()
     processor = pipeline.processor("solo")
-    wait_until(processor.is_synced, 20, message="synced")
+    wait_until(processor.is_synced, 20, what="synced")
     pipeline.sim.churn(rate=300, seconds=1.0, seed=4)
     keys = sorted(pipeline.sim.ground_truth("pods"))
     pipeline.sim.delete("pods", keys[0])
-    wait_until(converged(pipeline, [processor]), 20, message="converged")
+    wait_until(converged(pipeline, [processor]), 20, what="converged")
     bus = Bus(redis_client, "pods", shard_count=SHARDS)
     wait_until(lambda: bus.length() > 0, 5)
     seen = pipeline.recorders["solo"].per_key()
@@ -201,7 +202,7 @@ def test_the_initial_list_is_flagged_and_live_changes_are_not(pipeline: Pipeline
     pipeline.sim.populate("pods", 20, seed=5)
     pipeline.reflector()
     processor = pipeline.processor("solo")
-    wait_until(processor.is_synced, 20, message="synced")
+    wait_until(processor.is_synced, 20, what="synced")
     pipeline.sim.create("pods", {"metadata": {"name": "live", "namespace": "default"}})
     wait_until(lambda: "default/live" in pipeline.recorders["solo"].per_key(), 10)
     calls = pipeline.recorders["solo"].per_key()
@@ -223,10 +224,10 @@ def test_a_joining_processor_takes_a_balanced_share_and_a_leaving_one_hands_over
         owned = sorted(a.owned_shards() + b.owned_shards())
         return a.is_synced() and b.is_synced() and owned == list(range(SHARDS))
 
-    wait_until(split_between_a_and_b, 20, message="a and b synced, every shard owned")
+    wait_until(split_between_a_and_b, 20, what="a and b synced, every shard owned")
     before = dict.fromkeys(a.owned_shards(), "a") | dict.fromkeys(b.owned_shards(), "b")
     c = pipeline.processor("c")
-    wait_until(lambda: c.is_synced() and len(c.owned_shards()) >= 2, 20, message="c joined")
+    wait_until(lambda: c.is_synced() and len(c.owned_shards()) >= 2, 20, what="c joined")
     owners = Counter({"a": len(a.owned_shards()), "b": len(b.owned_shards())})
     owners["c"] = len(c.owned_shards())
     assert max(owners.values()) - min(owners.values()) <= 1
@@ -236,17 +237,17 @@ def test_a_joining_processor_takes_a_balanced_share_and_a_leaving_one_hands_over
     wait_until(
         lambda: sorted(a.owned_shards() + c.owned_shards()) == list(range(SHARDS)),
         1.5,  # less than the 2 s lease: no waiting for expiry
-        message="b's shards handed over at once",
+        what="b's shards handed over at once",
     )
     pipeline.sim.churn(rate=300, seconds=1.0, seed=7)
-    wait_until(converged(pipeline, [a, c]), 20, message="converged after the handover")
+    wait_until(converged(pipeline, [a, c]), 20, what="converged after the handover")
 
 
 def test_a_takeover_redelivers_the_shard_as_an_initial_list(pipeline: Pipeline) -> None:
     pipeline.sim.populate("pods", 50, seed=8)
     pipeline.reflector()
     a = pipeline.processor("a")
-    wait_until(a.is_synced, 20, message="a synced")
+    wait_until(a.is_synced, 20, what="a synced")
     b = pipeline.processor("b")
     wait_until(lambda: b.is_synced() and len(b.owned_shards()) == SHARDS // 2, 20)
     moved = {meta_namespace_key(obj) for obj in b.lister.list()}
@@ -270,6 +271,6 @@ def test_a_controller_loaded_with_handler_runs_its_workers(pipeline: Pipeline) -
     processor = pipeline.processor(
         "ctl", handler=("tests.processor.service.controllers:KeyCollector",)
     )
-    wait_until(processor.is_synced, 20, message="synced")
+    wait_until(processor.is_synced, 20, what="synced")
     truth = set(pipeline.sim.ground_truth("pods"))
-    wait_until(lambda: truth <= controllers.RECONCILED, 20, message="every key reconciled")
+    wait_until(lambda: truth <= controllers.RECONCILED, 20, what="every key reconciled")

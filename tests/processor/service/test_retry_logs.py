@@ -19,8 +19,9 @@ import redis
 from common.observability import configure_logging
 from common.service_runner import name_failures_in_logs
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from tests.support.bus import ProcessorProcess, ReflectorProcess, wait_until
+from tests.support.bus import ProcessorProcess, ReflectorProcess
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.waiting import wait_until
 
 PASSWORD = "retry-s3cret"
 EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
@@ -113,7 +114,7 @@ def test_failures_after_startup_name_redis_and_the_kubernetes_api(
         try:
             reflector.start()
             processor.start()
-            wait_until(lambda: processor.probe() == 200, 30, message="the processor synced")
+            wait_until(lambda: processor.probe() == 200, 30, what="the processor synced")
 
             sim.stop()  # the API server goes away: the reflector's watch and lists fail
 
@@ -121,7 +122,7 @@ def test_failures_after_startup_name_redis_and_the_kubernetes_api(
                 lines = failure_lines(reflector.log(), "reflector_svc.reflector")
                 return [line for line in lines if "Connection refused" in line]
 
-            wait_until(kube_retries, 60, message="a retry of the refused API server")
+            wait_until(kube_retries, 60, what="a retry of the refused API server")
             for line in kube_retries():
                 assert f"Connection refused [Kubernetes API {sim_url}]" in line, line
 

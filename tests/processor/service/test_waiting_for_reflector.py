@@ -19,9 +19,10 @@ import pytest
 import redis
 
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from tests.support.bus import ProcessorProcess, ReflectorProcess, wait_until
+from tests.support.bus import ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 CONFIGMAPS = 12
@@ -120,7 +121,7 @@ def test_a_processor_waits_unready_for_its_reflector_then_syncs(
         subscriber: subprocess.Popen[str] | None = None
         try:
             waiting.start()
-            wait_until(lambda: warnings_in(waiting.log()), 30, message="the waiting warning")
+            wait_until(lambda: warnings_in(waiting.log()), 30, what="the waiting warning")
             status_code, reason = readyz(waiting)
             assert status_code == 503
             expected = (
@@ -162,7 +163,7 @@ def test_a_processor_waits_unready_for_its_reflector_then_syncs(
             assert said.startswith("informer-bus subscribe: waiting: no reflector has published")
 
             reflector.start()
-            wait_until(lambda: waiting.probe() == 200, 30, message="the processor became ready")
+            wait_until(lambda: waiting.probe() == 200, 30, what="the processor became ready")
             assert readyz(waiting)[1].startswith('{"status":"ok"')
             out, err = subscriber.communicate(timeout=30)
             assert subscriber.returncode == 0, err
@@ -196,7 +197,7 @@ def test_a_typo_names_the_published_resource(
             reflector.start()
             wait_until(lambda: redis_client.hexists("ib:{pods:0}:checkpoint", "synced_rv"), 30)
             typo.start()
-            wait_until(lambda: warnings_in(typo.log()), 30, message="the waiting warning")
+            wait_until(lambda: warnings_in(typo.log()), 30, what="the waiting warning")
             [warning] = warnings_in(typo.log())
             assert "no reflector has published resource 'pod'" in warning
             assert warning.endswith("(did you mean pods? it is published)")
@@ -220,7 +221,7 @@ def test_a_shard_count_unlike_the_reflectors_is_named(
             wait_until(lambda: redis_client.hget("ib:{pods:0}:checkpoint", "synced_rv"), 30)
             more.start()
             fewer.start()
-            wait_until(lambda: warnings_in(more.log()), 30, message="the waiting warning")
+            wait_until(lambda: warnings_in(more.log()), 30, what="the waiting warning")
             status_code, reason = readyz(more)
             assert status_code == 503
             assert f"shards {SHARDS}-{2 * SHARDS - 1} of {2 * SHARDS} have no completed list" in (
@@ -231,7 +232,7 @@ def test_a_shard_count_unlike_the_reflectors_is_named(
             def errors() -> list[str]:
                 return [line for line in fewer.log().splitlines() if " ERROR " in line]
 
-            wait_until(errors, 30, message="the shard-count error")
+            wait_until(errors, 30, what="the shard-count error")
             [error] = errors()
             assert f"a reflector has listed more than {SHARDS // 2} shards of resource 'pods'" in (
                 error

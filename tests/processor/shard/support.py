@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry
@@ -32,20 +32,6 @@ from reflector_svc.publisher import PendingDelta, ShardPublisher
 
 RESOURCE = "pods"
 MEMBER = "member-a"
-T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or fail after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
-        time.sleep(0.01)
 
 
 Event = tuple[Any, ...]

@@ -13,8 +13,9 @@ import pytest
 
 from common.store import Indexer
 from processor_svc.ack_tracker import AckToken
-from tests.processor.shard.support import MEMBER, Recorder, Shard, wait_until
+from tests.processor.shard.support import MEMBER, Recorder, Shard
 from tests.reflector.publisher.support import TS, added, obj, updated
+from tests.support.waiting import wait_until
 
 
 def envelope_doc(key: str, rv: str) -> dict[str, object]:

@@ -18,8 +18,9 @@ from processor_svc.dispatch import (
     UpdateNotification,
 )
 from processor_svc.metrics import ProcessorMetrics
-from tests.processor.shard.support import Recorder, wait_until
+from tests.processor.shard.support import Recorder
 from tests.reflector.publisher.support import obj
+from tests.support.waiting import wait_until
 
 
 def dispatcher(*handlers: tuple[str, Recorder], **kwargs: object) -> HandlerDispatcher:

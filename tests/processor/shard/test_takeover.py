@@ -15,9 +15,10 @@ from common.deltas import DeltaType
 from common.keys import Obj
 from common.store import Indexer
 from processor_svc.shard import CONSUMER, GROUP
-from tests.processor.shard.support import Recorder, Shard, compact_envelopes, wait_until
+from tests.processor.shard.support import Recorder, Shard, compact_envelopes
 from tests.reflector.publisher.support import added, deleted, delta, updated
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 GAPS = "informer_bus_processor_takeover_gaps_total"
 _GAP = re.compile(r"retention trimmed (?P<pending>\d+) pending and (?P<undelivered>\d+) undeliv")

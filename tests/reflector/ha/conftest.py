@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import PODS, ResourceType, Simulator, SimulatorSettings
+from informer_bus.apiserver_sim import PODS, ResourceType, Simulator
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
@@ -29,9 +29,9 @@ from tests.support.bus import (
     history_problems,
     known_state_problems,
     order_problems,
-    wait_until,
 )
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 LEASE = 2.0
@@ -71,12 +71,6 @@ class SimHistory:
 
     def close(self) -> None:
         self._sub.close()
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -170,7 +164,7 @@ def wait_caught_up(bus: Bus, sim: Simulator, timeout: float = 30.0) -> None:
         wrong = {k for k in known.keys() | truth.keys() if known.get(k) != truth.get(k)}
         return f"the known state to match the ground truth ({len(wrong)} keys differ)"
 
-    wait_until(caught_up, timeout, interval=0.1, message=why)
+    wait_until(caught_up, timeout, interval=0.1, what=why)
 
 
 def assert_faithful(bus: Bus, sim: Simulator, history: SimHistory, *, exact: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,8 @@ from reflector_svc.reflector import BAD_LINE_RELIST_AFTER
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import SimHistory, assert_faithful, wait_caught_up
 from tests.support.bad_lines import BAD_LINE_REASONS
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
+from tests.support.waiting import wait_until
 
 MakeService = Callable[..., ReflectorService]
 
@@ -33,9 +34,9 @@ _LOGGED = re.compile(r"bad watch line after rv (\d+) ")
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorSettings(bookmark_interval=3600.0)) as simulator:
-        yield simulator
+def sim_settings() -> SimulatorSettings:
+    """No bookmarks during a test: the RV a re-watch starts from is the last event's."""
+    return SimulatorSettings(bookmark_interval=3600.0)
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Rig:
     def start_synced(self, **settings: Any) -> ReflectorService:
         service = self.make_service("a", **settings)
         wait_caught_up(self.bus, self.sim, timeout=45)
-        wait_until(service.is_synced, 15, message="the reflector to be synced")
+        wait_until(service.is_synced, 15, what="the reflector to be synced")
         return service
 
     def logged(self) -> list[str]:
@@ -93,7 +94,7 @@ def wait_bad_lines(service: ReflectorService, expected: float) -> None:
     def why() -> str:
         return f"{expected} bad lines counted (not {bad_lines(service)})"
 
-    wait_until(lambda: bad_lines(service) == expected, 15, message=why)
+    wait_until(lambda: bad_lines(service) == expected, 15, what=why)
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -160,7 +161,7 @@ def test_1_10_the_same_position_failing_three_times_relists_once(
     stuck_at = str(sim.resource_version)
     sim.inject_malformed_lines(BAD_LINE_RELIST_AFTER, "garbage")
     sim.create("pods", pod("behind-the-garbage"))
-    wait_until(lambda: count(service, "relists") == 1, 20, message="the relist")
+    wait_until(lambda: count(service, "relists") == 1, 20, what="the relist")
     rig.caught_up_and_faithful()
     assert bad_lines(service) == BAD_LINE_RELIST_AFTER
     assert count(service, "watch_restarts", reason="bad_line") == BAD_LINE_RELIST_AFTER - 1

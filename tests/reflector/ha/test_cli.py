@@ -24,9 +24,10 @@ from tests.reflector.ha.conftest import (
     holds_lease,
     wait_caught_up,
 )
-from tests.support.bus import Bus, ReflectorProcess, wait_until
+from tests.support.bus import Bus, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = [sys.executable, "-m", "reflector_svc"]
@@ -134,12 +135,12 @@ def test_sigterm_stops_cleanly_and_releases_the_lease(
     process = ReflectorProcess(["--checkpoint-interval", "0.2"], tmp_path / "term.log", env=env)
     try:
         process.start()
-        wait_until(functools.partial(holds_lease, bus, process), 15, message="it to lead")
-        wait_until(bus.synced, 30, message="it to sync")
+        wait_until(functools.partial(holds_lease, bus, process), 15, what="it to lead")
+        wait_until(bus.synced, 30, what="it to sync")
         churn = sim.start_churn(rate=200, seconds=1, seed=8)
         churn.wait(10)
         wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), 30,
-                   message="the churn to be published")  # fmt: skip
+                   what="the churn to be published")  # fmt: skip
         assert process.probe("/readyz") == 200
         assert process.terminate(timeout=10) == 0
         assert bus.leader() is None  # released: a standby could take over at once
@@ -161,7 +162,7 @@ def test_sigterm_in_the_middle_of_a_long_list_stops_at_once(
     sim.populate("pods", pods, seed=9)
     sim.slow_responses(0.2)  # 30 pages of 100: a list of 6 s or more
     first = spawn("a", page_size=100, batch_max=100)
-    wait_until(lambda: bus.length() > 0, 30, interval=0.005, message="the first deltas")
+    wait_until(lambda: bus.length() > 0, 30, interval=0.005, what="the first deltas")
     stopped = time.monotonic()
     assert first.terminate(timeout=10) == 0
     # It did not finish the list first (nor hold its lease through it).

@@ -22,7 +22,8 @@ from informer_bus.apiserver_sim import Simulator
 from reflector_svc.publisher import ShardPublisher, _Call
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import SimHistory, assert_faithful, holds_lease, wait_caught_up
-from tests.support.bus import Bus, Entry, ReflectorProcess, republish_problems, wait_until
+from tests.support.bus import Bus, Entry, ReflectorProcess, republish_problems
+from tests.support.waiting import wait_until
 
 
 def test_kill_9_during_the_initial_list_then_restart(
@@ -34,7 +35,7 @@ def test_kill_9_during_the_initial_list_then_restart(
     # surely lands in the middle of it.
     sim.slow_responses(0.02)
     first = spawn("a", page_size=100, batch_max=100)
-    wait_until(lambda: bus.length() > 0, 30, interval=0.005, message="the first deltas")
+    wait_until(lambda: bus.length() > 0, 30, interval=0.005, what="the first deltas")
     first.kill()
     published = bus.settle()
     assert 0 < published < pods, "the kill did not land in the initial list"
@@ -63,11 +64,11 @@ def test_kill_9_during_a_burst_then_restart(
 ) -> None:
     sim.populate("pods", 2000, seed=2)
     first = spawn("a")
-    wait_until(bus.synced, 30, message="the first reflector to sync")
+    wait_until(bus.synced, 30, what="the first reflector to sync")
     synced_length = bus.length()
     churn = sim.start_churn(rate=400, seconds=4, seed=2)
     wait_until(lambda: bus.length() >= synced_length + 300, 30, interval=0.005,
-               message="the burst to reach the streams")  # fmt: skip
+               what="the burst to reach the streams")  # fmt: skip
     first.kill()
     assert churn.running, "the kill did not land in the burst"
     killed_at = sim.resource_version
@@ -96,11 +97,11 @@ def test_kill_9_then_history_compacted_restart_relists_only_the_changes(
 ) -> None:
     sim.populate("pods", 1500, seed=5)
     first = spawn("a")
-    wait_until(bus.synced, 30, message="the first reflector to sync")
+    wait_until(bus.synced, 30, what="the first reflector to sync")
     churn = sim.start_churn(rate=400, seconds=3, seed=5)
     length = bus.length()
     wait_until(lambda: bus.length() >= length + 200, 30, interval=0.005,
-               message="the churn to reach the streams")  # fmt: skip
+               what="the churn to reach the streams")  # fmt: skip
     first.kill()
     bus.settle()
     known, positions = bus.known_versions(), bus.positions()
@@ -139,11 +140,11 @@ def test_repeated_kill_9_at_random_moments_under_churn(
     for round_ in range(4):
         process = spawn(f"r{round_}", page_size=100, batch_max=100)
         if round_ == 0:  # in the initial list, with the churn already going
-            wait_until(lambda: bus.length() > 0, 30, interval=0.005, message="the first deltas")
+            wait_until(lambda: bus.length() > 0, 30, interval=0.005, what="the first deltas")
             moments.append("first deltas")
         else:  # anywhere: in a relist, a watch, a batch
             wait_until(functools.partial(holds_lease, bus, process), 15, interval=0.02,
-                       message="the new reflector to lead")  # fmt: skip
+                       what="the new reflector to lead")  # fmt: skip
             moments.append(round(rng.uniform(0.0, 1.0), 2))
             time.sleep(float(moments[-1]))
         process.kill()
@@ -225,13 +226,13 @@ def test_crash_between_two_shards_writes_of_one_batch(
     publisher = first._runners[0].publisher
     crash = CrashBetweenShards(publisher)
     monkeypatch.setattr(publisher, "_execute", crash)
-    wait_until(bus.synced, 30, message="the first reflector to sync")
+    wait_until(bus.synced, 30, what="the first reflector to sync")
     mix = {"create": 0.4, "update": 0.2, "delete": 0.4}
     churn = sim.start_churn(rate=500, seconds=3, seed=4, mix=mix)
     crash.armed.set()
     # Held-back events arrive together: big batches, where such pairs are likely.
     sim.stall_watches(0.6)
-    wait_until(crash.crashed.is_set, 30, message="a batch to crash in")
+    wait_until(crash.crashed.is_set, 30, what="a batch to crash in")
     # What the crash left: the written shards' checkpoints are at the batch, the others behind.
     checkpoints = bus.checkpoints()
     assert all(checkpoints[shard]["rv"] == crash.batch_rv for shard in crash.written)

@@ -22,7 +22,8 @@ from tests.reflector.ha.conftest import (
     holds_lease,
     wait_caught_up,
 )
-from tests.support.bus import Bus, ReflectorProcess, wait_until
+from tests.support.bus import Bus, ReflectorProcess
+from tests.support.waiting import wait_until
 
 LEADER = "informer_bus_reflector_leader"
 PUBLISHED = "informer_bus_reflector_deltas_published_total"
@@ -51,10 +52,10 @@ def test_graceful_stop_of_the_leader_hands_over_at_once(
     lease = {"lease_duration": 10.0, "renew_deadline": 6.0}
     sim.populate("pods", 1000, seed=5)
     replicas = [make_service("a", **lease), make_service("b", **lease)]
-    holder = wait_until(bus.holder, 10, message="a leader")
+    holder = wait_until(bus.holder, 10, what="a leader")
     leader, standby = sorted(replicas, key=lambda service: service.holder != holder)
     assert leader.holder == holder
-    wait_until(bus.synced, 30, message="the leader to sync")
+    wait_until(bus.synced, 30, what="the leader to sync")
     assert _leads(leader) == 1
     assert not _leads(standby)  # exactly one leads
     assert leader.readyz()[0] and standby.readyz()[0]  # a standby is ready too
@@ -62,14 +63,14 @@ def test_graceful_stop_of_the_leader_hands_over_at_once(
 
     churn = sim.start_churn(rate=300, seconds=3, seed=5)
     length = bus.length()
-    wait_until(lambda: bus.length() > length + 100, 30, message="the churn on the streams")
+    wait_until(lambda: bus.length() > length + 100, 30, what="the churn on the streams")
     started = time.monotonic()
     leader.stop()
-    wait_until(lambda: bus.holder() == standby.holder, 5, interval=0.02, message="the hand-over")
+    wait_until(lambda: bus.holder() == standby.holder, 5, interval=0.02, what="the hand-over")
     assert time.monotonic() - started < lease["lease_duration"]
     assert churn.running, "the hand-over happened after the churn; make the churn longer"
     length = bus.length()
-    wait_until(lambda: bus.length() > length + 100, 30, message="the new leader to publish")
+    wait_until(lambda: bus.length() > length + 100, 30, what="the new leader to publish")
     churn.wait(30)
     assert churn.error is None
     wait_caught_up(bus, sim)
@@ -86,20 +87,20 @@ def test_standby_takes_over_when_the_leader_is_killed(
 ) -> None:
     sim.populate("pods", 1000, seed=6)
     first = spawn("a")
-    wait_until(functools.partial(holds_lease, bus, first), 15, message="a to lead")
-    wait_until(bus.synced, 30, message="a to sync")
+    wait_until(functools.partial(holds_lease, bus, first), 15, what="a to lead")
+    wait_until(bus.synced, 30, what="a to sync")
     second = spawn("b")
     assert second.probe("/readyz") == 200  # a standby is ready
     assert holds_lease(bus, first)
 
     churn = sim.start_churn(rate=300, seconds=5, seed=6)
     length = bus.length()
-    wait_until(lambda: bus.length() > length + 100, 30, message="the churn on the streams")
+    wait_until(lambda: bus.length() > length + 100, 30, what="the churn on the streams")
     killed = time.monotonic()
     first.kill()
     # The lease must expire first (no release from a dead process), then one retry period.
     wait_until(functools.partial(holds_lease, bus, second), LEASE + 5, interval=0.02,
-               message="b to take over")  # fmt: skip
+               what="b to take over")  # fmt: skip
     assert time.monotonic() - killed < LEASE + 5
     churn.wait(30)
     assert churn.error is None
@@ -116,15 +117,15 @@ def test_a_paused_old_leader_cannot_write_after_it_resumes(
 ) -> None:
     sim.populate("pods", 1000, seed=7)
     old = spawn("a")
-    wait_until(functools.partial(holds_lease, bus, old), 15, message="a to lead")
-    wait_until(bus.synced, 30, message="a to sync")
+    wait_until(functools.partial(holds_lease, bus, old), 15, what="a to lead")
+    wait_until(bus.synced, 30, what="a to sync")
     new = spawn("b")
     new.url()
     old_epoch = bus.epoch()
 
     churn = sim.start_churn(rate=300, seconds=8, seed=7)
     length = bus.length()
-    wait_until(lambda: bus.length() > length + 100, 30, message="the churn on the streams")
+    wait_until(lambda: bus.length() > length + 100, 30, what="the churn on the streams")
     old.send(signal.SIGSTOP)
     paused = time.monotonic()
     # Frozen now; Redis still runs what had reached its socket. Then count what `old` wrote
@@ -135,21 +136,21 @@ def test_a_paused_old_leader_cannot_write_after_it_resumes(
 
     # The standby takes over and fences every shard while the old leader sleeps.
     wait_until(functools.partial(holds_lease, bus, new), LEASE + 5, interval=0.02,
-               message="b to take over")  # fmt: skip
+               what="b to take over")  # fmt: skip
     new_epoch = bus.epoch()
     assert new_epoch > old_epoch
-    wait_until(lambda: bus.fences() == [new_epoch] * len(bus.shards), 5, message="the fences")
+    wait_until(lambda: bus.fences() == [new_epoch] * len(bus.shards), 5, what="the fences")
     length = bus.length()
-    wait_until(lambda: bus.length() > length + 50, 30, message="b to publish")
+    wait_until(lambda: bus.length() > length + 50, 30, what="b to publish")
     time.sleep(max(0.0, 3.0 - (time.monotonic() - paused)))  # paused well past its lease
     assert churn.running, "the pause outlasted the churn; make the churn longer"
     old.send(signal.SIGCONT)
 
     # It finds out it lost the lease (or is fenced at its first write) and steps down ...
     wait_until(lambda: "stopping leading" in old.log()[log_at_pause:], 10,
-               message="the old leader to step down")  # fmt: skip
+               what="the old leader to step down")  # fmt: skip
     wait_until(lambda: old.metric("informer_bus_reflector_leader", resource="pods") == 0, 10,
-               message="the old leader's leader gauge to drop")  # fmt: skip
+               what="the old leader's leader gauge to drop")  # fmt: skip
     # ... without one accepted write after the pause: whatever it tried was refused by the
     # fence before the script even looked at a delta (its stale events, already on the streams,
     # would otherwise count as skipped; fresher ones as published).

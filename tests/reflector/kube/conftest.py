@@ -13,18 +13,9 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.apiserver_sim import Simulator
 from reflector_svc.kube import KubeSource, load_api_client
 from reflector_svc.resources import ResourceSpec, resolve
-
-FAST = SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)
-"""Bookmarks every 0.1 s and a 0.2 s wait before "too large resource version"."""
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(FAST) as simulator:
-        yield simulator
 
 
 @pytest.fixture

@@ -38,8 +38,9 @@ from reflector_svc.kube import (
     load_api_client,
 )
 from reflector_svc.resources import ResourceSpec, resolve
-from tests.reflector.kube.conftest import FAST, pod
+from tests.reflector.kube.conftest import pod
 from tests.support.bad_lines import BAD_LINE_REASONS
+from tests.support.simulator import FAST
 
 MakeSource = Callable[..., KubeSource]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -10,24 +10,16 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.wire import DeltaEnvelope
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support import bus as shared
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 4
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)) as simulator:
-        yield simulator
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    """Poll with a generous default timeout (these tests never assert tight timings)."""
-    shared.wait_until(predicate, timeout, interval=0.02, message=what or "condition")
+PATIENCE = 15.0
+"""Seconds these tests wait for a state: generous, since they never assert tight timings."""
 
 
 class Bus(shared.Bus):

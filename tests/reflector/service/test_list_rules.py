@@ -24,7 +24,8 @@ from reflector_svc.publisher import FencedError, ShardPublisher
 from reflector_svc.reflector import Reflector, WatchStream
 from reflector_svc.resources import ResourceSpec, resolve
 from reflector_svc.settings import ReflectorSettings
-from tests.reflector.service.conftest import SHARDS, Bus, wait_until
+from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -117,7 +118,7 @@ def test_1_4_and_1_5_first_list_asks_for_rv_0_in_pages_of_page_size(
 ) -> None:
     sim.populate("pods", 120, seed=1)
     running = run_reflector()
-    wait_until(running.reflector.synced.is_set, what="synced")
+    wait_until(running.reflector.synced.is_set, PATIENCE, what="synced")
     first, *rest = running.source.lists
     assert first["resource_version"] == "0" and first["continue_token"] is None
     assert first["limit"] == 50
@@ -131,15 +132,15 @@ def test_1_4_a_relist_asks_for_the_last_synced_rv_not_the_latest(
 ) -> None:
     sim.populate("pods", 10, seed=2)
     first = run_reflector(epoch=1)
-    wait_until(first.reflector.synced.is_set, what="first sync")
+    wait_until(first.reflector.synced.is_set, PATIENCE, what="first sync")
     assert first.reflector.last_rv is not None
     synced_at = int(first.reflector.last_rv)
     sim.create("pods", {"metadata": {"name": "late", "namespace": "default"}})
-    wait_until(lambda: "default/late" in bus.known_versions(), what="late pod")
+    wait_until(lambda: "default/late" in bus.known_versions(), PATIENCE, what="late pod")
     # a new leader whose resume point says "relist" (as after a crash mid-relist)
     bus.client.hset(bus.shards[0].checkpoint, "relisting", "1")
     second = run_reflector(epoch=2)
-    wait_until(second.reflector.synced.is_set, what="second sync")
+    wait_until(second.reflector.synced.is_set, PATIENCE, what="second sync")
     asked = int(second.source.lists[0]["resource_version"])
     assert asked >= synced_at, "never an RV older than what the shards hold (1.4, 1.10)"
     assert asked == int(max(sim.ground_truth("pods").values(), key=int))
@@ -155,12 +156,12 @@ def test_1_6_expired_continue_token_falls_back_to_one_unpaginated_list(
         sim.compact()
 
     started = run_reflector(after_first_page=expire_the_continue_token)
-    wait_until(started.reflector.synced.is_set, what="synced")
+    wait_until(started.reflector.synced.is_set, PATIENCE, what="synced")
     requests = started.source.lists
     assert [r["limit"] for r in requests] == [50, 50, 0], "page 1, page 2 refused, one full list"
     assert requests[-1]["continue_token"] is None
     assert requests[-1]["resource_version"] == requests[0]["resource_version"], "original RV"
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="all pods")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="all pods")
     history = bus.history()
     assert all(len(events) == 1 for events in history.values()), "nothing published twice"
 
@@ -170,15 +171,15 @@ def test_1_7_a_list_refused_with_410_is_retried_at_once_for_the_latest_state(
 ) -> None:
     sim.populate("pods", 30, seed=4)
     first = run_reflector(epoch=1)
-    wait_until(first.reflector.synced.is_set, what="first sync")
+    wait_until(first.reflector.synced.is_set, PATIENCE, what="first sync")
     first.reflector.interrupt()
     keys = sorted(sim.ground_truth("pods"))
     sim.silent_delete("pods", keys[0])
     sim.compact()
     bus.client.hset(bus.shards[0].checkpoint, "relisting", "1")
     second = run_reflector(epoch=2)
-    wait_until(second.reflector.synced.is_set, what="second sync")
+    wait_until(second.reflector.synced.is_set, PATIENCE, what="second sync")
     asked = [r["resource_version"] for r in second.source.lists if r["continue_token"] is None]
     assert asked[0] not in ("", "0") and asked[1] == "", "410 at the old RV, then the latest"
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="tombstone")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="tombstone")
     assert bus.history()[keys[0]][-1] == ("Deleted", bus.history()[keys[0]][0][1], True)

@@ -12,14 +12,8 @@ import urllib3
 
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
-from tests.reflector.service.conftest import (
-    SHARDS,
-    Bus,
-    Reflectors,
-    metric,
-    wait_synced,
-    wait_until,
-)
+from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced
+from tests.support.waiting import wait_until
 
 
 def pod(name: str, namespace: str = "default", **extra: Any) -> dict[str, Any]:
@@ -64,7 +58,7 @@ def test_1_9_watch_events_reach_the_streams_in_per_object_order(
     first = sim.update("pods", "default/web-1", {"metadata": {"labels": {"v": "2"}}})
     second = sim.update("pods", "default/web-1", {"metadata": {"labels": {"v": "3"}}})
     gone = sim.delete("pods", "default/web-1")
-    wait_until(lambda: len(bus.history().get("default/web-1", [])) == 4, what="4 deltas")
+    wait_until(lambda: len(bus.history().get("default/web-1", [])) == 4, PATIENCE, what="4 deltas")
     assert bus.history()["default/web-1"] == [
         ("Added", str(created.rv), False),
         ("Updated", str(first.rv), False),
@@ -87,7 +81,7 @@ def test_restart_resumes_from_the_checkpoint_and_republishes_nothing_unchanged(
     sim.delete("pods", keys[1])
     sim.create("pods", pod("newcomer"))
     second = reflectors.start()
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="caught up")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="caught up")
     assert bus.entry_count() - before == 3, "only the three changes are published"
     assert metric(second, "informer_bus_reflector_lists_total", resource="pods") == 0, (
         "a restart resumes the watch from the checkpoint instead of listing"
@@ -109,7 +103,9 @@ def test_silent_deletions_during_downtime_arrive_as_tombstones_with_the_last_obj
     sim.compact()  # the checkpoint's RV is gone: the restart gets 410 and must relist
     second = reflectors.start()
     wait_synced(second)
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="relist diff")
+    wait_until(
+        lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="relist diff"
+    )
     history = bus.history()
     assert history[keys[5]][-1] == ("Deleted", last_rv, True), "tombstone with the last object"
     tombstone = [e for e in bus.envelopes() if e.key == keys[5]][-1]
@@ -130,7 +126,9 @@ def test_1_10_expired_watch_relists_and_diffs_while_running(
     sim.silent_delete("pods", keys[0])  # a change the watch never shows
     sim.compact()
     sim.drop_watches()  # the re-watch from the old RV now gets a 410
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="relist diff")
+    wait_until(
+        lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="relist diff"
+    )
     assert bus.history()[keys[0]][-1][0] == "Deleted"
     assert bus.entry_count() - before == 1
     assert metric(service, "informer_bus_reflector_relists_total", resource="pods") >= 1
@@ -145,7 +143,7 @@ def test_dropped_watch_is_resumed_without_a_relist(
         time.sleep(0.3)  # a bookmark arrives first; a watch closed at once with nothing relists
         sim.drop_watches()
         sim.create("pods", pod(f"p-{sim.resource_version}"))
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="3 creates")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="3 creates")
     assert metric(service, "informer_bus_reflector_lists_total", resource="pods") == 1
 
 
@@ -159,11 +157,13 @@ def test_inactivity_watchdog_reconnects_a_stalled_watch(
         lambda: metric(
             service, "informer_bus_reflector_errors_total", resource="pods",
             kind="WatchInactiveError",
-        ) >= 1,
+        ) >= 1, PATIENCE,
         what="the watchdog",
     )  # fmt: skip
     sim.create("pods", pod("after-stall"))
-    wait_until(lambda: "default/after-stall" in bus.known_versions(), what="event after stall")
+    wait_until(
+        lambda: "default/after-stall" in bus.known_versions(), PATIENCE, what="event after stall"
+    )
 
 
 def test_malformed_watch_lines_are_counted_and_cost_a_rewatch_that_loses_nothing(
@@ -173,16 +173,18 @@ def test_malformed_watch_lines_are_counted_and_cost_a_rewatch_that_loses_nothing
     wait_synced(service)
     sim.inject_malformed_lines(2)
     sim.create("pods", pod("around-garbage"))
-    wait_until(lambda: "default/around-garbage" in bus.known_versions(), what="the create")
+    wait_until(
+        lambda: "default/around-garbage" in bus.known_versions(), PATIENCE, what="the create"
+    )
     wait_until(
         lambda: metric(
             service, "informer_bus_reflector_bad_watch_lines_total", resource="pods",
             reason="invalid_json",
-        ) == 2,
+        ) == 2, PATIENCE,
         what="both bad lines to be counted",
     )  # fmt: skip
     sim.create("pods", pod("after-rewatch"))
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="caught up")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="caught up")
     assert metric(service, "informer_bus_reflector_lists_total", resource="pods") == 1
     history = bus.history()
     assert all(len(events) == 1 for events in history.values()), f"duplicates: {history}"
@@ -196,7 +198,7 @@ def test_1_13_watch_list_syncs_and_continues_on_the_same_stream(
     wait_synced(service)
     assert bus.known_versions() == sim.ground_truth("pods")
     sim.create("pods", pod("live"))
-    wait_until(lambda: "default/live" in bus.known_versions(), what="live event")
+    wait_until(lambda: "default/live" in bus.known_versions(), PATIENCE, what="live event")
     restarts = service.registry.get_sample_value(
         "informer_bus_reflector_watch_restarts_total", {"resource": "pods", "reason": "watch-list"}
     )
@@ -256,12 +258,12 @@ def test_oversized_objects_are_skipped_and_counted(
     huge["metadata"]["annotations"] = {"blob": "x" * 50_000}
     sim.create("pods", huge)
     sim.create("pods", pod("small"))
-    wait_until(lambda: "default/small" in bus.known_versions(), what="the small pod")
+    wait_until(lambda: "default/small" in bus.known_versions(), PATIENCE, what="the small pod")
     assert "default/huge" not in bus.known_versions()
     wait_until(
         lambda: metric(
             service, "informer_bus_reflector_bad_input_total", resource="pods", reason="oversized"
-        ) == 1
+        ) == 1, PATIENCE
     )  # fmt: skip
 
 
@@ -269,7 +271,7 @@ def test_metrics_and_probes_are_served(sim: Simulator, reflectors: Reflectors) -
     service = reflectors.start()
     wait_synced(service)
     sim.create("pods", pod("one"))
-    wait_until(lambda: deltas_published(service) == 1, what="one delta")
+    wait_until(lambda: deltas_published(service) == 1, PATIENCE, what="one delta")
     http = urllib3.PoolManager()
     try:
         assert http.request("GET", f"{service.url}/healthz").status == 200
@@ -317,9 +319,9 @@ def test_retention_bounds_streams_by_objects_not_history(
     sim.create("pods", pod("busy"))
     for i in range(60):
         sim.update("pods", "default/busy", {"metadata": {"labels": {"i": str(i)}}})
-    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), what="updates")
+    wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="updates")
     # no consumer group reads these streams, so all but the newest few entries may go
-    wait_until(lambda: bus.entry_count() <= 5 * SHARDS, what="trimmed streams")
+    wait_until(lambda: bus.entry_count() <= 5 * SHARDS, PATIENCE, what="trimmed streams")
     assert metric(service, "informer_bus_reflector_trimmed_entries_total", resource="pods") > 0
     assert bus.known_versions() == sim.ground_truth("pods"), "the known state is never trimmed"
 
@@ -335,11 +337,11 @@ def test_objects_without_a_name_are_logged_counted_and_skipped_not_fatal(
     wait_synced(service)
     sim.create("pods", {"metadata": {"name": "broken-2", "labels": {"broken": "yes"}}})
     sim.create("pods", {"metadata": {"name": "fine-2"}})
-    wait_until(lambda: "default/fine-2" in bus.known_versions(), what="the watch goes on")
+    wait_until(lambda: "default/fine-2" in bus.known_versions(), PATIENCE, what="the watch goes on")
     assert set(bus.known_versions()) == {"default/fine-1", "default/fine-2"}
     wait_until(
         lambda: metric(
             service, "informer_bus_reflector_bad_input_total", resource="pods", reason="no_name"
-        ) == 2,
+        ) == 2, PATIENCE,
         what="both nameless objects counted",
     )  # fmt: skip
