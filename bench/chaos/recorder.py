@@ -1,6 +1,6 @@
 """The recording handler of the Redis fault scenarios: it records through an outage.
 
-:class:`tests.support.recording_handler.Recorder` reads the shard's lease from Redis at the
+:class:`tests.support.recording_handler.FileRecorder` reads the shard's lease from Redis at the
 start of every call, to record whether the caller held it. While Redis is down that read fails.
 Raising would lose the line of a delta the processor did deliver; waiting for Redis (as this
 recorder once did) made the instrument itself the slowest handler in the world: a call started
@@ -17,7 +17,7 @@ shard at its renew deadline, which comes at the latest ``renew_deadline`` second
 stopped answering, so a call recorded later than that is a problem.
 
 ``--handler bench.chaos.recorder:OutageRecorder`` with ``IB_RECORD_FILE`` set, as for
-``Recorder``.
+``FileRecorder``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from tests.support.recording_handler import Recorder
+from tests.support.recording_handler import FileRecorder
 
 __all__ = ["OutageRecorder"]
 
@@ -34,8 +34,8 @@ _READ_TIMEOUT = 0.5
 """Seconds one lease read may take (a hung Redis accepts connections but never answers)."""
 
 
-class OutageRecorder(Recorder):
-    """:class:`Recorder` that records calls while Redis is away (module docstring)."""
+class OutageRecorder(FileRecorder):
+    """:class:`FileRecorder` that records calls while Redis is away (module docstring)."""
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)

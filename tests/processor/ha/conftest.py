@@ -1,8 +1,8 @@
 """Fixtures and checks for processor chaos tests: a simulator, a real Redis, an in-process
 reflector, processors as child processes that record every handler call.
 
-Every processor runs ``tests.support.recording_handler:Recorder``, which appends one JSON line
-per handler call to ``<tmp_path>/<member>.jsonl`` (see that module for the fields). The checks
+Every processor runs ``tests.support.recording_handler:FileRecorder``, which appends one JSON
+line per handler call to ``<tmp_path>/<member>.jsonl`` (see that module for the fields). The checks
 below read those logs back and return lists of problems (empty when fine), so a failing
 assertion shows all of them at once:
 
@@ -38,7 +38,7 @@ SHARDS = 8
 LEASE = 2.0
 RENEW = 1.5
 RETRY = 0.2
-HANDLER = "tests.support.recording_handler:Recorder"
+HANDLER = "tests.support.recording_handler:FileRecorder"
 
 
 # --- fixtures ----------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.keys import meta_namespace_key
 from common.settings import SettingsError
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from processor_svc.service import ProcessorService
@@ -20,43 +19,11 @@ from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import Bus
+from tests.support.recording_handler import Recorder
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 SHARDS = 8
-
-
-@dataclass
-class Recorder:
-    """A handler that records what it sees, per key, in call order."""
-
-    name: str
-    calls: list[tuple[str, str, str, bool]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def _record(self, kind: str, obj: Obj | DeletedFinalStateUnknown, flag: bool) -> None:
-        if isinstance(obj, DeletedFinalStateUnknown):
-            key, rv = obj.key, (obj.obj or {}).get("metadata", {}).get("resourceVersion", "")
-        else:
-            key, rv = meta_namespace_key(obj), obj["metadata"]["resourceVersion"]
-        with self.lock:
-            self.calls.append((kind, key, rv, flag))
-
-    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self._record("add", obj, is_in_initial_list)
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self._record("update", new, False)
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self._record("delete", obj, isinstance(obj, DeletedFinalStateUnknown))
-
-    def per_key(self) -> dict[str, list[tuple[str, str, bool]]]:
-        grouped: dict[str, list[tuple[str, str, bool]]] = {}
-        with self.lock:
-            for kind, key, rv, flag in self.calls:
-                grouped.setdefault(key, []).append((kind, rv, flag))
-        return grouped
 
 
 @dataclass
@@ -87,7 +54,7 @@ class Pipeline:
             "member_ttl": 0.6, "member_id": name, "block_ms": 200, "shutdown_grace": 5.0,
         }  # fmt: skip
         values.update(overrides)
-        recorder = self.recorders.setdefault(name, Recorder(name))
+        recorder = self.recorders.setdefault(name, Recorder())
         service = ProcessorService(
             ProcessorSettings(**values),
             registry=CollectorRegistry(),
@@ -195,7 +162,7 @@ def test_handlers_see_each_objects_changes_in_stream_order_and_every_deletion(
         # one owner from the start: the handler saw exactly the stream, in its order
         kinds = {"Added": "add", "Updated": "update", "Deleted": "delete"}
         assert calls == [(kinds[t], rv) for t, rv in expected], key
-    assert ("delete", keys[0]) in {(c[0], c[1]) for c in pipeline.recorders["solo"].calls}
+    assert ("delete", keys[0]) in {(c[0], c[1]) for c in pipeline.recorders["solo"].events}
 
 
 def test_the_initial_list_is_flagged_and_live_changes_are_not(pipeline: Pipeline) -> None:

@@ -9,7 +9,6 @@ fenced scripts see the test's member as the holder.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.compact_store import CompactIndexer
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.lease import RedisLease
 from common.redis_config import lease_client
 from common.redis_layout import ShardKeys
@@ -32,55 +30,6 @@ from reflector_svc.publisher import PendingDelta, ShardPublisher
 
 RESOURCE = "pods"
 MEMBER = "member-a"
-
-
-Event = tuple[Any, ...]
-"""What a :class:`Recorder` saw: ``("add", key, rv, initial)``, ``("update", key, old_rv,
-new_rv)``, ``("delete", key, rv, is_tombstone)``."""
-
-
-def _rv(obj: Obj | None) -> str:
-    return "" if obj is None else str(obj["metadata"].get("resourceVersion", ""))
-
-
-@dataclass
-class Recorder:
-    """A handler that records every call; optionally blocks on ``gate`` or raises."""
-
-    gate: threading.Event = field(default_factory=threading.Event)
-    fail: bool = False
-    delay: float = 0.0
-    events: list[Event] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.gate.set()
-
-    def _record(self, event: Event) -> None:
-        self.events.append(event)
-        if self.delay:
-            time.sleep(self.delay)
-        self.gate.wait()
-        if self.fail:
-            raise RuntimeError(f"boom on {event[1]}")
-
-    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self._record(("add", meta_namespace_key(obj), _rv(obj), is_in_initial_list))
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self._record(("update", meta_namespace_key(new), _rv(old), _rv(new)))
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        if isinstance(obj, DeletedFinalStateUnknown):
-            self._record(("delete", obj.key, _rv(obj.obj), True))
-        else:
-            self._record(("delete", meta_namespace_key(obj), _rv(obj), False))
-
-    def live(self) -> list[Event]:
-        """Everything but the initial list."""
-        return [e for e in self.events if not (e[0] == "add" and e[3])]
-
-    def initial(self) -> list[Event]:
-        return [e for e in self.events if e[0] == "add" and e[3]]
 
 
 @dataclass

@@ -13,8 +13,9 @@ import pytest
 
 from common.store import Indexer
 from processor_svc.ack_tracker import AckToken
-from tests.processor.shard.support import MEMBER, Recorder, Shard
+from tests.processor.shard.support import MEMBER, Shard
 from tests.reflector.publisher.support import TS, added, obj, updated
+from tests.support.recording_handler import Recorder
 from tests.support.waiting import wait_until
 
 

@@ -18,8 +18,8 @@ from processor_svc.dispatch import (
     UpdateNotification,
 )
 from processor_svc.metrics import ProcessorMetrics
-from tests.processor.shard.support import Recorder
 from tests.reflector.publisher.support import obj
+from tests.support.recording_handler import Recorder
 from tests.support.waiting import wait_until
 
 

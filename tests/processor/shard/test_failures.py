@@ -11,8 +11,9 @@ from common.backoff import Backoff
 from common.compact_store import CompactIndexer
 from common.keys import Obj
 from common.store import NAMESPACE_INDEX, Indexer, meta_namespace_index_func
-from tests.processor.shard.support import Recorder, Shard, compact_envelopes
+from tests.processor.shard.support import Shard, compact_envelopes
 from tests.reflector.publisher.support import added, updated
+from tests.support.recording_handler import Recorder
 from tests.support.waiting import wait_until
 
 

@@ -15,8 +15,9 @@ from common.deltas import DeltaType
 from common.keys import Obj
 from common.store import Indexer
 from processor_svc.shard import CONSUMER, GROUP
-from tests.processor.shard.support import Recorder, Shard, compact_envelopes
+from tests.processor.shard.support import Shard, compact_envelopes
 from tests.reflector.publisher.support import added, deleted, delta, updated
+from tests.support.recording_handler import Recorder
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
