@@ -43,8 +43,6 @@ from redis.retry import Retry
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
-    "DEFAULT_RENEW_DEADLINE",
-    "DEFAULT_RETRY_PERIOD",
     "Lease",
     "LeaseStatus",
     "RedisLease",
@@ -56,10 +54,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION: Final = 15.0
 """client-go's LeaseDuration: how long a lease lives without renewal."""
-DEFAULT_RENEW_DEADLINE: Final = 10.0
-"""client-go's RenewDeadline: a leader that could not renew for this long stops leading."""
-DEFAULT_RETRY_PERIOD: Final = 2.0
-"""client-go's RetryPeriod: how often candidates try to acquire and leaders renew."""
 
 
 def hash_tag(key: str) -> str | None:

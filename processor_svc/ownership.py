@@ -45,6 +45,7 @@ import redis
 from common.lease import LeaseStatus, RedisLease
 from common.rate_limiters import Clock, MonotonicClock
 from common.redis_layout import ResourceKeys
+from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.membership import Membership, decode_members
@@ -52,8 +53,6 @@ from processor_svc.membership import Membership, decode_members
 __all__ = ["ShardOwnership"]
 
 log = logging.getLogger(__name__)
-
-_JITTER_RULE = 1.2  # the same relation LeaderElector enforces (client-go's JitterFactor)
 
 
 @dataclass(slots=True)
@@ -106,9 +105,9 @@ class ShardOwnership:
     bounded call times are what make the renew deadline come before the lease expiry, and
     :class:`~common.lease.RedisLease` refuses a client without socket timeouts.
 
-    Raises ``ValueError`` unless ``shard_count >= 1``, ``0 < heartbeat_interval < member_ttl``
-    and ``0 < retry_period * 1.2 < renew_deadline < lease_duration`` (client-go's rule, as in
-    ``LeaderElector``). ``clock`` measures deadlines and waits; Redis measures the leases and
+    ``timing`` and ``membership`` (:mod:`common.settings`, which check their own rules) give the
+    lease and heartbeat periods; raises ``ValueError`` unless ``shard_count >= 1``.
+    ``clock`` measures deadlines and waits; Redis measures the leases and
     member deadlines. Repeated Redis failures are logged at most once per ``log_interval`` s.
 
     Counters: ``acquisitions`` (leases newly taken), ``losses`` (``on_lost`` calls) and
@@ -126,33 +125,23 @@ class ShardOwnership:
         on_acquired: Callable[[int, int], None],
         on_lost: Callable[[int], None],
         on_losing: Callable[[Sequence[int]], None] | None = None,
-        heartbeat_interval: float = 1.0,
-        member_ttl: float = 3.0,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        timing: LeaseTiming | None = None,
+        membership: MembershipTiming | None = None,
         clock: Clock | None = None,
         log_interval: float = 30.0,
     ) -> None:
         if type(shard_count) is not int or shard_count < 1:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
-        if not 0 < heartbeat_interval < member_ttl:
-            raise ValueError(
-                "need 0 < heartbeat_interval < member_ttl, got "
-                f"heartbeat_interval={heartbeat_interval!r}, member_ttl={member_ttl!r}"
-            )
-        if not 0 < retry_period * _JITTER_RULE < renew_deadline < lease_duration:
-            raise ValueError(
-                "need 0 < retry_period * 1.2 < renew_deadline < lease_duration, got "
-                f"retry_period={retry_period!r}, renew_deadline={renew_deadline!r}, "
-                f"lease_duration={lease_duration!r}"
-            )
+        timing = timing if timing is not None else LeaseTiming()
+        membership = membership if membership is not None else MembershipTiming()
+        lease_duration, renew_deadline = timing.lease_duration, timing.renew_deadline
+        heartbeat_interval, retry_period = membership.heartbeat_interval, timing.retry_period
         keys = ResourceKeys(prefix, resource)
         self._resource = resource
         self._member_id = member_id
         self._shard_count = shard_count
         self._membership = Membership(
-            client, prefix=prefix, resource=resource, member_id=member_id, ttl=member_ttl
+            client, prefix=prefix, resource=resource, member_id=member_id, ttl=membership.member_ttl
         )
         self._leases = [
             RedisLease(
