@@ -14,7 +14,7 @@ import random
 import threading
 from collections.abc import Callable
 
-from common.lease import Lease, LeaseStatus
+from common.lease import Lease, LeaseStatus, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
 from common.settings import JITTER_FACTOR, LeaseTiming
 from common.throttled_log import ThrottledLog
@@ -73,15 +73,7 @@ class LeaderElector:
                 f"{timing.lease_duration:g} s"
             )
         renew_deadline = timing.renew_deadline
-        if lease.max_call_seconds > lease.duration - renew_deadline:
-            log.warning(
-                "one call to the lease %s can block for %.1f s, longer than the %.1f s between "
-                "the renew deadline and the lease expiry: a stalled leader may act after its "
-                "lease expired (use lease_client() with a shorter timeout)",
-                lease.key,
-                lease.max_call_seconds,
-                lease.duration - renew_deadline,
-            )
+        warn_if_calls_outlast_the_margin(lease, renew_deadline, "leader")
         self._lease = lease
         self._renew_deadline = renew_deadline
         self._retry_period = timing.retry_period

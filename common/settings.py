@@ -38,6 +38,7 @@ __all__ = [
     "flag_name",
     "grouped",
     "load_settings",
+    "require_positive",
     "settings_from_args",
     "settings_of",
 ]
@@ -47,6 +48,14 @@ S = TypeVar("S")
 
 class SettingsError(ValueError):
     """A setting with an unusable value; the message is one line meant for a human."""
+
+
+def require_positive(settings: object, *names: str) -> None:
+    """Raise :class:`SettingsError` for the first of ``names`` whose value is not above 0."""
+    for name in names:
+        value = getattr(settings, name)
+        if not value > 0:
+            raise SettingsError(f"{name} must be > 0, got {value:g}")
 
 
 JITTER_FACTOR: Final = 1.2
@@ -121,9 +130,7 @@ class LeaseTiming:
     )
 
     def __post_init__(self) -> None:
-        for name in ("lease_duration", "renew_deadline", "retry_period"):
-            if not getattr(self, name) > 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name):g}")
+        require_positive(self, "lease_duration", "renew_deadline", "retry_period")
         if not self.renew_deadline < self.lease_duration:
             raise SettingsError(
                 "renew_deadline must be shorter than lease_duration, got "
@@ -164,9 +171,7 @@ class MembershipTiming:
     )
 
     def __post_init__(self) -> None:
-        for name in ("heartbeat_interval", "member_ttl"):
-            if not getattr(self, name) > 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name):g}")
+        require_positive(self, "heartbeat_interval", "member_ttl")
         if not self.heartbeat_interval < self.member_ttl:
             raise SettingsError(
                 "heartbeat_interval must be shorter than member_ttl, got "

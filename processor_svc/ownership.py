@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import redis
 
-from common.lease import LeaseStatus, RedisLease
+from common.lease import LeaseStatus, RedisLease, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
-from common.redis_layout import ResourceKeys
+from common.redis_layout import LEASE_HOLDER, ResourceKeys
 from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
@@ -134,8 +134,6 @@ class ShardOwnership:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
         timing = timing if timing is not None else LeaseTiming()
         membership = membership if membership is not None else MembershipTiming()
-        lease_duration, renew_deadline = timing.lease_duration, timing.renew_deadline
-        heartbeat_interval, retry_period = membership.heartbeat_interval, timing.retry_period
         keys = ResourceKeys(prefix, resource)
         self._resource = resource
         self._member_id = member_id
@@ -149,26 +147,18 @@ class ShardOwnership:
                 key=keys.shard(shard).lease,
                 epoch_key=keys.shard(shard).lease_epoch,
                 holder=member_id,
-                duration=lease_duration,
+                duration=timing.lease_duration,
             )
             for shard in range(shard_count)
         ]
-        margin = lease_duration - renew_deadline
-        if self._leases[0].max_call_seconds > margin:
-            log.warning(
-                "one Redis call can block for %.1f s, longer than the %.1f s between the renew "
-                "deadline and the lease expiry: a stalled owner may still apply a shard after "
-                "its lease expired (use lease_client() with a shorter timeout)",
-                self._leases[0].max_call_seconds,
-                margin,
-            )
+        warn_if_calls_outlast_the_margin(self._leases[0], timing.renew_deadline, "shard owner")
         self._client = client
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self._on_losing = on_losing
-        self._heartbeat_interval = heartbeat_interval
-        self._renew_deadline = renew_deadline
-        self._retry_period = retry_period
+        self._heartbeat_interval = membership.heartbeat_interval
+        self._renew_deadline = timing.renew_deadline
+        self._retry_period = timing.retry_period
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._errors = ThrottledLog(log, self._clock, log_interval)
         self._extra: dict[str, object] = {"resource": resource, "member": member_id}
@@ -347,7 +337,7 @@ class ShardOwnership:
             with self._client.pipeline(transaction=False) as pipe:
                 self._membership.queue_heartbeat(pipe)
                 for lease in self._leases:
-                    pipe.hget(lease.key, "holder")
+                    pipe.hget(lease.key, LEASE_HOLDER)
                 replies = pipe.execute()
         except Exception as error:  # Redis unreachable or failing: the deadlines decide
             self._errors.failure("heartbeat and lease read failed", error, self._extra)

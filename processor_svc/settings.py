@@ -17,6 +17,7 @@ from common.settings import (
     ServiceSettings,
     SettingsError,
     grouped,
+    require_positive,
 )
 from common.wire import DEFAULT_MAX_BYTES
 
@@ -89,13 +90,10 @@ class ProcessorSettings(ServiceSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive = (
-            "buffer_size", "read_count", "block_ms",
-            "shutdown_grace", "max_entry_bytes",
+        require_positive(
+            self,
+            "buffer_size", "read_count", "block_ms", "shutdown_grace", "max_entry_bytes",
         )  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
         try:
             check_resource_id(self.resource)  # the rule the reflector names its keys by
         except ValueError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from common.settings import LeaseTiming, ServiceSettings, SettingsError, grouped
+from common.settings import LeaseTiming, ServiceSettings, SettingsError, grouped, require_positive
 
 __all__ = ["ENV_PREFIX", "ReflectorSettings"]
 
@@ -114,15 +114,12 @@ class ReflectorSettings(ServiceSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive = (
+        require_positive(
+            self,
             "page_size", "watch_timeout_min", "inactivity_timeout",
             "request_timeout", "backoff_initial", "batch_max", "checkpoint_interval",
-            "max_object_bytes",
-            "retention_max_entries", "retention_interval",
+            "max_object_bytes", "retention_max_entries", "retention_interval",
         )  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.watch_timeout_max < self.watch_timeout_min:
             raise SettingsError("watch_timeout_max must be >= watch_timeout_min")
         if self.backoff_max < self.backoff_initial:
