@@ -23,7 +23,7 @@ from common.redis_config import (
 )
 from common.service_runner import fail, name_failures_in_logs, run_until_signalled
 from common.settings import SettingsError, add_flags, settings_from_args
-from reflector_svc.kube import KubeError
+from reflector_svc.api_errors import KubeError
 from reflector_svc.resources import ResourceSpec, UnknownResourceError
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ENV_PREFIX, ReflectorSettings

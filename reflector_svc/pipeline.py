@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reflector_svc.publisher import PendingDelta
+from reflector_svc.publish_records import PendingDelta
 
 __all__ = ["PublishPipeline"]
 

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 import redis
@@ -36,23 +37,22 @@ from common.backoff import Backoff
 from common.deltas import Delta, DeltaType, relist_diff, resource_version
 from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj, meta_namespace_key
 from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, encode_envelope
-from reflector_svc.kube import (
+from reflector_svc.api_errors import (
     ApiUnavailableError,
     KubeError,
-    ListPage,
     MalformedWatchEventError,
     ResourceExpiredError,
     TooLargeResourceVersionError,
     TooManyRequestsError,
-    WatchEvent,
     WatchInactiveError,
     WatchListUnsupportedError,
 )
 from reflector_svc.metrics import ReflectorMetrics
+from reflector_svc.pager import ContinueExpiredError, ListInterruptedError, follow_pages
 from reflector_svc.pipeline import PublishPipeline
-from reflector_svc.publisher import FencedError, PendingDelta, PublishResult, ResumePoint
-from reflector_svc.settings import ReflectorSettings
+from reflector_svc.publish_records import FencedError, PendingDelta, PublishResult, ResumePoint
 from reflector_svc.transform import Transform
+from reflector_svc.watch_events import INITIAL_EVENTS_END, ListPage, WatchEvent
 
 __all__ = [
     "BAD_LINE_RELIST_AFTER",
@@ -60,6 +60,7 @@ __all__ = [
     "DeltaSink",
     "ListerWatcher",
     "Reflector",
+    "ReflectorOptions",
     "WatchStream",
 ]
 
@@ -83,7 +84,6 @@ BAD_LINE_REWATCH_DELAY = 0.1
 failure in a row at the same position: enough not to hammer a server that is sending garbage,
 far below the relist backoff (0.8 s doubling to 30 s), which these never advance."""
 
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _EVENT_TYPES = {
     "ADDED": DeltaType.ADDED,
     "MODIFIED": DeltaType.UPDATED,
@@ -100,13 +100,14 @@ class WatchStream(AbstractContextManager["WatchStream"], Protocol):
 
 
 class ListerWatcher(Protocol):
-    """The reflector's view of the Kubernetes API (``reflector_svc.kube.KubeSource``)."""
+    """The reflector's view of the Kubernetes API
+    (:class:`reflector_svc.lister_watcher.KubeSource`; in tests
+    ``tests/support/fake_source.py``)."""
 
     def list_page(
         self,
         *,
         resource_version: str | None,
-        resource_version_match: str | None,
         limit: int,
         continue_token: str | None,
         timeout: float,
@@ -124,7 +125,8 @@ class ListerWatcher(Protocol):
 
 
 class DeltaSink(Protocol):
-    """The reflector's view of Redis (``reflector_svc.publisher.ShardPublisher``)."""
+    """The reflector's view of Redis (:class:`reflector_svc.publisher.ShardPublisher`; in tests
+    ``tests/support/fake_source.py``)."""
 
     def fence(self, epoch: int) -> None: ...
 
@@ -145,17 +147,39 @@ class DeltaSink(Protocol):
     def finish_relist(self, epoch: int, list_rv: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ReflectorOptions:
+    """What the ListAndWatch loop is tuned by (defaults: client-go's where it has one).
+
+    The service builds it from its settings (``reflector_svc.service.reflector_options``);
+    the Reflector sees nothing else of the configuration.
+    """
+
+    page_size: int = 500
+    """Objects per LIST page."""
+    watch_list: bool = False
+    """Try a streaming list (``sendInitialEvents``) before the paginated LIST."""
+    watch_timeout_min: int = 300
+    """Shortest server-side watch timeout, seconds (each watch draws one up to the max)."""
+    watch_timeout_max: int = 600
+    inactivity_timeout: float = 90.0
+    """Reconnect a watch that sent no bytes at all (bookmarks included) this long."""
+    request_timeout: float = 60.0
+    """Timeout of one LIST page request, seconds."""
+    backoff_initial: float = 0.8
+    backoff_max: float = 30.0
+    backoff_reset: float = 120.0
+    """Forget past failures after this many quiet seconds."""
+    batch_max: int = 500
+    """Most deltas published per Redis round trip."""
+    checkpoint_interval: float = 5.0
+    """Advance every shard's checkpoint at least this often while watching."""
+    max_object_bytes: int = 1_500_000
+    """Objects whose envelope is larger are skipped (and counted)."""
+
+
 class _RelistNeeded(Exception):
     """The watch ended in a way that means state may have been missed."""
-
-
-class _ContinueExpired(Exception):
-    """A continue token expired in the middle of a paginated LIST (reference 1.6)."""
-
-
-class _Interrupted(Exception):
-    """Stop was requested in the middle of a LIST: it is abandoned (the shards stay marked
-    ``relisting``, so whoever leads next lists again)."""
 
 
 class Reflector:
@@ -171,7 +195,7 @@ class Reflector:
         kind: str,
         source: ListerWatcher,
         sink: DeltaSink,
-        settings: ReflectorSettings,
+        options: ReflectorOptions,
         metrics: ReflectorMetrics,
         transform: Transform | None = None,
         rng: random.Random | None = None,
@@ -182,7 +206,7 @@ class Reflector:
         self.kind = kind
         self._source = source
         self._sink = sink
-        self._settings = settings
+        self._options = options
         self._metrics = metrics
         self._transform = transform
         self._rng = rng or random.Random()
@@ -197,7 +221,7 @@ class Reflector:
         self._resume_from_redis = False
         # Set after a 410 / "too large" on LIST: the next list asks for the latest state ("").
         self._rv_unavailable = False
-        self._watch_list_supported = settings.watch_list
+        self._watch_list_supported = options.watch_list
         self._last_checkpoint_rv: str | None = None
         self._last_checkpoint_at = 0.0
         self._epoch = 0
@@ -246,9 +270,9 @@ class Reflector:
 
     def _run_loop(self) -> None:
         backoff = Backoff(
-            initial=self._settings.backoff_initial,
-            maximum=self._settings.backoff_max,
-            reset_after=self._settings.backoff_reset,
+            initial=self._options.backoff_initial,
+            maximum=self._options.backoff_max,
+            reset_after=self._options.backoff_reset,
             rng=self._rng,
             clock=self._monotonic,
         )
@@ -266,7 +290,7 @@ class Reflector:
             self._pipeline.close()
         self._pipeline = PublishPipeline(
             self._publish_now,
-            batch_max=self._settings.batch_max,
+            batch_max=self._options.batch_max,
             on_published=self._advance,
             name=f"publisher[{self.resource}]",
         )
@@ -281,7 +305,9 @@ class Reflector:
             self._list_and_watch()
         except FencedError:
             raise
-        except _Interrupted:
+        except ListInterruptedError:
+            # The LIST is abandoned: the shards stay marked ``relisting``, so whoever leads
+            # next lists again.
             return 0.0
         except TooManyRequestsError as exc:
             self._count_error("throttled")
@@ -357,7 +383,7 @@ class Reflector:
                 self._all_pages(first), known, snapshot_rv=first.resource_version
             )
             list_rv = first.resource_version
-        except _ContinueExpired:
+        except ContinueExpiredError:
             # 1.6: the continue token expired mid-list: one unpaginated LIST at the original RV,
             # diffed from scratch (what the first pages published stays valid: every publish
             # is idempotent per key, and the fresh diff sees it in the known state).
@@ -399,17 +425,12 @@ class Reflector:
 
     def _all_pages(self, first: ListPage) -> Iterator[Obj]:
         """Every object of a consistent paginated LIST, starting from its first page."""
-        yield from self._prepared(first.items)
-        token = first.continue_token
-        while token:
-            if self._stop.is_set():  # shutdown or step-down: never finish a long list first
-                raise _Interrupted
-            try:
-                page = self._page(resource_version=None, continue_token=token)
-            except ResourceExpiredError as exc:
-                raise _ContinueExpired(str(exc)) from exc
+
+        def next_page(token: str) -> ListPage:
+            return self._page(resource_version=None, continue_token=token)
+
+        for page in follow_pages(first, next_page, stopped=self._stop.is_set):
             yield from self._prepared(page.items)
-            token = page.continue_token
 
     def _first_page(self, resource_version: str) -> tuple[ListPage, str]:
         """The first page, and the resourceVersion it was finally asked at."""
@@ -432,10 +453,9 @@ class Reflector:
     ) -> ListPage:
         return self._source.list_page(
             resource_version=resource_version,
-            resource_version_match=None,
-            limit=self._settings.page_size if limit is None else limit,
+            limit=self._options.page_size if limit is None else limit,
             continue_token=continue_token,
-            timeout=self._settings.request_timeout,
+            timeout=self._options.request_timeout,
         )
 
     def _prepared(self, items: Iterable[Obj]) -> Iterator[Obj]:
@@ -473,7 +493,7 @@ class Reflector:
             if pending is None:
                 continue
             batch.append(pending)
-            if len(batch) >= self._settings.batch_max:
+            if len(batch) >= self._options.batch_max:
                 self._publish(batch, checkpoint_rv=None)
                 published += len(batch)
                 batch = []
@@ -545,11 +565,11 @@ class Reflector:
         stream = self._source.watch(
             resource_version=None if send_initial_events else self.last_rv,
             timeout_seconds=self._rng.randint(
-                self._settings.watch_timeout_min, self._settings.watch_timeout_max
+                self._options.watch_timeout_min, self._options.watch_timeout_max
             ),
             allow_bookmarks=True,
             send_initial_events=send_initial_events,
-            inactivity_timeout=self._settings.inactivity_timeout,
+            inactivity_timeout=self._options.inactivity_timeout,
         )
         with self._stream_lock:
             self._stream = stream
@@ -642,7 +662,7 @@ class Reflector:
     ) -> PendingDelta | None:
         envelope = DeltaEnvelope.from_delta(Delta(delta_type, obj), observed_at=self._wall_clock())
         try:
-            data = encode_envelope(envelope, max_bytes=self._settings.max_object_bytes)
+            data = encode_envelope(envelope, max_bytes=self._options.max_object_bytes)
         except ValueError as exc:
             self._bad_input("oversized", str(exc))
             return None
@@ -683,7 +703,7 @@ class Reflector:
         if rv is None or rv == self._last_checkpoint_rv:
             return
         now = self._monotonic()
-        if now - self._last_checkpoint_at < self._settings.checkpoint_interval:
+        if now - self._last_checkpoint_at < self._options.checkpoint_interval:
             return
         self._fresh_pipeline().flush()  # every shard must really have everything up to rv
         rv = self.last_rv

@@ -14,8 +14,9 @@ import pytest
 from kubernetes.client import ApiClient
 
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from reflector_svc.kube import KubeSource, load_api_client
+from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.resources import ResourceSpec, resolve
+from reflector_svc.transport import load_api_client
 
 FAST = SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2)
 """Bookmarks every 0.1 s and a 0.2 s wait before "too large resource version"."""
