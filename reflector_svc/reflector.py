@@ -35,7 +35,7 @@ import redis
 
 from common.backoff import Backoff
 from common.deltas import Delta, DeltaType, relist_diff, resource_version
-from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj, meta_namespace_key
+from common.keys import InvalidKeyError, Obj, meta_namespace_key
 from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, encode_envelope
 from reflector_svc.api_errors import (
     ApiUnavailableError,
@@ -466,17 +466,25 @@ class Reflector:
                 yield prepared
 
     def _prepare(self, obj: Obj) -> Obj | None:
+        """A listed object transformed, and checked to have a key (the diff keys it again)."""
+        obj_or_none = self._transformed(obj)
+        if obj_or_none is None:
+            return None
         try:
-            if self._transform is not None:
-                obj = self._transform(obj)
-            meta_namespace_key(obj)
+            meta_namespace_key(obj_or_none)
         except InvalidKeyError as exc:
             self._bad_input("no_name", str(exc))
             return None
+        return obj_or_none
+
+    def _transformed(self, obj: Obj) -> Obj | None:
+        if self._transform is None:
+            return obj
+        try:
+            return self._transform(obj)
         except Exception as exc:  # a user transform that raises must not stop the resource
             self._bad_input("transform_failed", f"{type(exc).__name__}: {exc}")
             return None
-        return obj
 
     def _bad_input(self, reason: str, detail: str) -> None:
         self._metrics.bad_input.labels(resource=self.resource, reason=reason).inc()
@@ -488,8 +496,8 @@ class Reflector:
         published = 0
         batch: list[PendingDelta] = []
         diff = relist_diff(objects, known, self._last_known_objects, snapshot_rv=snapshot_rv)
-        for key, delta in diff:
-            pending = self._pending(key, delta.type, delta.obj)
+        for _key, delta in diff:
+            pending = self._pending(delta)
             if pending is None:
                 continue
             batch.append(pending)
@@ -652,21 +660,27 @@ class Reflector:
         if kind is not None and kind != self.kind:
             self._bad_input("wrong_kind", f"expected {self.kind}, got {kind}")  # 1.9
             return None
-        obj = self._prepare(event.obj)
+        obj = self._transformed(event.obj)
         if obj is None:
             return None
-        return self._pending(meta_namespace_key(obj), delta_type, obj)
+        try:
+            # The only time this event's cache key is computed: the envelope's is used after.
+            envelope = DeltaEnvelope.of_object(delta_type, obj, observed_at=self._wall_clock())
+        except InvalidKeyError as exc:
+            self._bad_input("no_name", str(exc))
+            return None
+        return self._encoded(envelope)
 
-    def _pending(
-        self, key: str, delta_type: DeltaType, obj: Obj | DeletedFinalStateUnknown
-    ) -> PendingDelta | None:
-        envelope = DeltaEnvelope.from_delta(Delta(delta_type, obj), observed_at=self._wall_clock())
+    def _pending(self, delta: Delta) -> PendingDelta | None:
+        return self._encoded(DeltaEnvelope.from_delta(delta, observed_at=self._wall_clock()))
+
+    def _encoded(self, envelope: DeltaEnvelope) -> PendingDelta | None:
         try:
             data = encode_envelope(envelope, max_bytes=self._options.max_object_bytes)
         except ValueError as exc:
             self._bad_input("oversized", str(exc))
             return None
-        return PendingDelta(delta_type, key, envelope.resource_version, data)
+        return PendingDelta(envelope.type, envelope.key, envelope.resource_version, data)
 
     def _publish(
         self,
