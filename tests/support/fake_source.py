@@ -9,8 +9,8 @@ WATCH follows a *plan*: batches of events, faults (any exception, e.g. a 410
 until the reflector closes it. Without a plan a watch sends the history after its RV and holds.
 
 :class:`FakeSink` keeps what a shard set keeps (versions, last objects, one checkpoint) with
-the publish rules' effect on the known state (an upsert at a known version and a deletion of
-an unknown key are skipped), and records every delta it published.
+the publish script's rules (:func:`common.deltas.publish_is_skipped`, which a test holds to
+the Lua), and records every delta it published.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from common.deltas import DeltaType, compare_resource_versions
+from common.deltas import DeltaType, compare_resource_versions, publish_is_skipped
 from common.keys import Obj, meta_namespace_key
 from reflector_svc.publish_records import (
     FencedError,
@@ -202,10 +202,11 @@ class FakeSink:
             self._check(epoch)
             if self.publish_faults:
                 raise self.publish_faults.popleft()
+            replay_below = self.checkpoint if checkpoint_rv is not None else None
             stream_ids: list[str | None] = []
             by_type: collections.Counter[DeltaType] = collections.Counter()
             for delta in deltas:
-                if self._skipped(delta):
+                if self._skipped(delta, replay_below):
                     stream_ids.append(None)
                     continue
                 self.published.append(delta)
@@ -258,11 +259,8 @@ class FakeSink:
         if self.checkpoint is None or compare_resource_versions(rv, self.checkpoint) == 1:
             self.checkpoint = rv
 
-    def _skipped(self, delta: PendingDelta) -> bool:
+    def _skipped(self, delta: PendingDelta, replay_below: str | None) -> bool:
         known = self.versions.get(delta.key)
-        if delta.type is DeltaType.DELETED:
-            return known is None
-        return known is not None and compare_resource_versions(known, delta.resource_version) in (
-            0,
-            1,
+        return publish_is_skipped(
+            delta.type, delta.resource_version, known, replay_below=replay_below
         )
