@@ -14,7 +14,8 @@ This is client-go's Reflector (reference section 1) with two changes that matter
   after the events before it (as client-go's decoder does); the reflector counts and logs it,
   waits a moment and re-watches from the last event it published, so the server sends the
   rest again and nothing is lost or repeated. Only a position that keeps failing
-  (:data:`BAD_LINE_RELIST_AFTER` times in a row) is relisted, with the relist backoff.
+  (:data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row) is relisted, with
+  the relist backoff (:mod:`reflector_svc.bad_lines`).
 
 Every publish goes through the shard publisher, which is fenced by this replica's leader epoch
 and idempotent per key, so a crash or a failover at any point neither loses nor repeats a delta.
@@ -34,9 +35,9 @@ from typing import Protocol
 import redis
 
 from common.backoff import Backoff
-from common.deltas import Delta, DeltaType, relist_diff, resource_version
-from common.keys import InvalidKeyError, Obj, meta_namespace_key
-from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, encode_envelope
+from common.deltas import relist_diff, resource_version
+from common.keys import Obj
+from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (
     ApiUnavailableError,
     KubeError,
@@ -47,6 +48,8 @@ from reflector_svc.api_errors import (
     WatchInactiveError,
     WatchListUnsupportedError,
 )
+from reflector_svc.bad_lines import BadLinePolicy
+from reflector_svc.delta_builder import DeltaBuilder
 from reflector_svc.metrics import ReflectorMetrics
 from reflector_svc.pager import ContinueExpiredError, ListInterruptedError, follow_pages
 from reflector_svc.pipeline import PublishPipeline
@@ -55,8 +58,6 @@ from reflector_svc.transform import Transform
 from reflector_svc.watch_events import INITIAL_EVENTS_END, ListPage, WatchEvent
 
 __all__ = [
-    "BAD_LINE_RELIST_AFTER",
-    "BAD_LINE_REWATCH_DELAY",
     "DeltaSink",
     "ListerWatcher",
     "Reflector",
@@ -65,30 +66,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-BAD_LINE_RELIST_AFTER = 3
-"""Bad-line failures in a row at one resourceVersion (no event or bookmark got past it) after
-which the reflector relists instead of re-watching.
-
-client-go re-watches after a decoding error only when ``MaxInternalErrorRetryDuration`` is set
-(the apiserver's own watch cache sets 30 s), and otherwise relists at once. We always re-watch,
-and bound it by position rather than by time: a re-watch is cheap (the server replays from its
-watch cache only what came after the RV) while a relist of a big resource is the most
-expensive call there is. Once is bad luck (a line cut or corrupted on the way); twice at the
-same RV can still be bad luck, since the replay crosses the same path; a third time the
-server's copy of that next event is what cannot be read, re-watching will never get past it,
-and only a LIST (the current state, not the history) can. Three costs two short waits.
-"""
-BAD_LINE_REWATCH_DELAY = 0.1
-"""Seconds before re-watching after a bad line, jittered in ``[d, 2d)`` and doubled for each
-failure in a row at the same position: enough not to hammer a server that is sending garbage,
-far below the relist backoff (0.8 s doubling to 30 s), which these never advance."""
-
-_EVENT_TYPES = {
-    "ADDED": DeltaType.ADDED,
-    "MODIFIED": DeltaType.UPDATED,
-    "DELETED": DeltaType.DELETED,
-}
 
 
 class WatchStream(AbstractContextManager["WatchStream"], Protocol):
@@ -117,11 +94,12 @@ class ListerWatcher(Protocol):
         self,
         *,
         resource_version: str | None,
+        send_initial_events: bool,
         timeout_seconds: int,
-        allow_bookmarks: bool = True,
-        send_initial_events: bool = False,
         inactivity_timeout: float,
-    ) -> WatchStream: ...
+    ) -> WatchStream:
+        """A watch with bookmarks (the reflector always wants them: they move its resume
+        point), from ``resource_version``, or a watch-list with ``send_initial_events``."""
 
 
 class DeltaSink(Protocol):
@@ -208,10 +186,16 @@ class Reflector:
         self._sink = sink
         self._options = options
         self._metrics = metrics
-        self._transform = transform
         self._rng = rng or random.Random()
-        self._wall_clock = wall_clock
         self._monotonic = monotonic
+        self._deltas = DeltaBuilder(
+            resource=resource,
+            kind=kind,
+            transform=transform,
+            max_object_bytes=options.max_object_bytes,
+            bad_inputs=metrics.bad_input,
+            wall_clock=wall_clock,
+        )
         self._label = {"resource": resource}
         # The newest resourceVersion every shard has (events, bookmarks or a list): where the
         # next watch starts. None until known (then the first step is a list).
@@ -225,9 +209,7 @@ class Reflector:
         self._last_checkpoint_rv: str | None = None
         self._last_checkpoint_at = 0.0
         self._epoch = 0
-        # Where the last bad watch line stopped us, and how many in a row stopped us there.
-        self._bad_line_rv: str | None = None
-        self._bad_line_failures = 0
+        self._bad_lines = BadLinePolicy(self._rng)
         self._stop = threading.Event()
         self._stream_lock = threading.Lock()
         self._stream: WatchStream | None = None
@@ -391,7 +373,7 @@ class Reflector:
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
             known = self._sink.known_versions()
             changes = self._publish_relist(
-                self._prepared(page.items), known, snapshot_rv=page.resource_version
+                self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
             )
             list_rv = page.resource_version
         self._finish_relist(list_rv, changes)
@@ -401,8 +383,7 @@ class Reflector:
         self._sink.finish_relist(self._epoch, list_rv)
         self._needs_list = False
         self._rv_unavailable = False
-        self._bad_line_rv = None
-        self._bad_line_failures = 0
+        self._bad_lines.reset()
         self._advance(list_rv)
         self._last_checkpoint_rv = list_rv
         self.synced.set()
@@ -430,7 +411,7 @@ class Reflector:
             return self._page(resource_version=None, continue_token=token)
 
         for page in follow_pages(first, next_page, stopped=self._stop.is_set):
-            yield from self._prepared(page.items)
+            yield from self._deltas.prepared(page.items)
 
     def _first_page(self, resource_version: str) -> tuple[ListPage, str]:
         """The first page, and the resourceVersion it was finally asked at."""
@@ -458,38 +439,6 @@ class Reflector:
             timeout=self._options.request_timeout,
         )
 
-    def _prepared(self, items: Iterable[Obj]) -> Iterator[Obj]:
-        """Objects transformed and checked; unusable ones are logged, counted and skipped."""
-        for obj in items:
-            prepared = self._prepare(obj)
-            if prepared is not None:
-                yield prepared
-
-    def _prepare(self, obj: Obj) -> Obj | None:
-        """A listed object transformed, and checked to have a key (the diff keys it again)."""
-        obj_or_none = self._transformed(obj)
-        if obj_or_none is None:
-            return None
-        try:
-            meta_namespace_key(obj_or_none)
-        except InvalidKeyError as exc:
-            self._bad_input("no_name", str(exc))
-            return None
-        return obj_or_none
-
-    def _transformed(self, obj: Obj) -> Obj | None:
-        if self._transform is None:
-            return obj
-        try:
-            return self._transform(obj)
-        except Exception as exc:  # a user transform that raises must not stop the resource
-            self._bad_input("transform_failed", f"{type(exc).__name__}: {exc}")
-            return None
-
-    def _bad_input(self, reason: str, detail: str) -> None:
-        self._metrics.bad_input.labels(resource=self.resource, reason=reason).inc()
-        log.warning("%s: skipped bad input (%s): %s", self.resource, reason, detail)
-
     def _publish_relist(
         self, objects: Iterable[Obj], known: Mapping[str, str], *, snapshot_rv: str
     ) -> int:
@@ -497,7 +446,7 @@ class Reflector:
         batch: list[PendingDelta] = []
         diff = relist_diff(objects, known, self._last_known_objects, snapshot_rv=snapshot_rv)
         for _key, delta in diff:
-            pending = self._pending(delta)
+            pending = self._deltas.pending(delta)
             if pending is None:
                 continue
             batch.append(pending)
@@ -517,7 +466,7 @@ class Reflector:
             try:
                 found[key] = decode_envelope(data).obj
             except WireDecodeError as exc:
-                self._bad_input("corrupt_known_state", f"{key}: {exc}")
+                self._deltas.bad_input("corrupt_known_state", f"{key}: {exc}")
                 found[key] = None
         return found
 
@@ -554,7 +503,7 @@ class Reflector:
                         if annotations.get(INITIAL_EVENTS_END) == "true":
                             done_rv = resource_version(event.obj)
                     elif event.type == "ADDED":
-                        prepared = self._prepare(event.obj)
+                        prepared = self._deltas.prepare(event.obj)
                         if prepared is not None:
                             initial.append(prepared)
                 if done_rv is not None:
@@ -575,7 +524,6 @@ class Reflector:
             timeout_seconds=self._rng.randint(
                 self._options.watch_timeout_min, self._options.watch_timeout_max
             ),
-            allow_bookmarks=True,
             send_initial_events=send_initial_events,
             inactivity_timeout=self._options.inactivity_timeout,
         )
@@ -606,21 +554,16 @@ class Reflector:
     def _after_bad_line(self, bad: MalformedWatchEventError) -> None:
         """Count and log a bad line that ended the watch, then wait briefly before the
         re-watch from the last event published; raises :class:`_RelistNeeded` when the same
-        position failed :data:`BAD_LINE_RELIST_AFTER` times in a row."""
+        position failed :data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row."""
         self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
         self._fresh_pipeline().flush()  # last_rv: the last event before the bad line
         rv = self.last_rv
-        if rv == self._bad_line_rv:
-            self._bad_line_failures += 1
-        else:
-            self._bad_line_rv = rv
-            self._bad_line_failures = 1
-        failures = self._bad_line_failures
-        if failures >= BAD_LINE_RELIST_AFTER:
+        delay = self._bad_lines.failed_at(rv)
+        failures = self._bad_lines.failures
+        if delay is None:
             log.warning("%s: bad watch line after rv %s (%s), %d in a row there; relisting",
                         self.resource, rv, bad, failures)  # fmt: skip
             raise _RelistNeeded(f"re-watching from rv {rv} failed {failures} times in a row")
-        delay = BAD_LINE_REWATCH_DELAY * 2 ** (failures - 1) * (1 + self._rng.random())
         log.warning("%s: bad watch line after rv %s (%s); re-watching from rv %s in %.2f s",
                     self.resource, rv, bad, rv, delay)  # fmt: skip
         self._stop.wait(delay)
@@ -636,7 +579,7 @@ class Reflector:
                 if event.type == "BOOKMARK":
                     bookmark_rv = resource_version(event.obj) or bookmark_rv
                     continue
-                delta = self._event_delta(event)
+                delta = self._deltas.event_delta(event)
                 if delta is not None:
                     pending.append(delta)
                     bookmark_rv = None
@@ -650,37 +593,6 @@ class Reflector:
             if self._stop.is_set():
                 break
         return seen
-
-    def _event_delta(self, event: WatchEvent) -> PendingDelta | None:
-        delta_type = _EVENT_TYPES.get(event.type)
-        if delta_type is None:
-            self._bad_input("unknown_event_type", event.type)
-            return None
-        kind = event.obj.get("kind")
-        if kind is not None and kind != self.kind:
-            self._bad_input("wrong_kind", f"expected {self.kind}, got {kind}")  # 1.9
-            return None
-        obj = self._transformed(event.obj)
-        if obj is None:
-            return None
-        try:
-            # The only time this event's cache key is computed: the envelope's is used after.
-            envelope = DeltaEnvelope.of_object(delta_type, obj, observed_at=self._wall_clock())
-        except InvalidKeyError as exc:
-            self._bad_input("no_name", str(exc))
-            return None
-        return self._encoded(envelope)
-
-    def _pending(self, delta: Delta) -> PendingDelta | None:
-        return self._encoded(DeltaEnvelope.from_delta(delta, observed_at=self._wall_clock()))
-
-    def _encoded(self, envelope: DeltaEnvelope) -> PendingDelta | None:
-        try:
-            data = encode_envelope(envelope, max_bytes=self._options.max_object_bytes)
-        except ValueError as exc:
-            self._bad_input("oversized", str(exc))
-            return None
-        return PendingDelta(envelope.type, envelope.key, envelope.resource_version, data)
 
     def _publish(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry
 from common.deltas import Delta, DeltaType
 from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
 from reflector_svc.api_errors import MalformedWatchEventError, ResourceExpiredError
+from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.reflector import BAD_LINE_RELIST_AFTER, Reflector, ReflectorOptions
+from reflector_svc.reflector import Reflector, ReflectorOptions
 from reflector_svc.watch_events import WatchEvent
 from tests.support.bus import wait_until
 from tests.support.fake_source import CLOSE, HOLD, FakeSink, FakeSource, pod
@@ -35,8 +36,11 @@ class Run:
         return value or 0.0
 
 
+Start = Callable[..., Run]
+
+
 @pytest.fixture
-def start() -> Iterator[object]:
+def start() -> Iterator[Start]:
     running: list[tuple[threading.Event, threading.Thread, Reflector, FakeSource]] = []
 
     def run(source: FakeSource, sink: FakeSink | None = None) -> Run:
@@ -62,7 +66,7 @@ def start() -> Iterator[object]:
         assert not thread.is_alive()
 
 
-def test_a_relist_tombstones_a_vanished_key_with_its_last_object(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_relist_tombstones_a_vanished_key_with_its_last_object(start: Start) -> None:
     sink = FakeSink()
     for obj in (pod("a", 1), pod("gone", 1)):
         envelope = DeltaEnvelope.from_delta(Delta(DeltaType.ADDED, obj), observed_at=0.0)
@@ -77,14 +81,14 @@ def test_a_relist_tombstones_a_vanished_key_with_its_last_object(start) -> None:
     assert "ns/gone" not in sink.versions and sink.synced_rv == "5"
 
 
-def test_a_paginated_list_follows_its_continue_tokens(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_paginated_list_follows_its_continue_tokens(start: Start) -> None:
     run = start(FakeSource([pod(name, 1) for name in "abcde"]))
     wait_until(run.reflector.synced.is_set, 5, message="sync")
     assert [call["continue"] for call in run.source.lists] == [None, "1:2", "1:4"]
     assert len(run.sink.published) == 5
 
 
-def test_a_410_in_the_watch_relists(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_410_in_the_watch_relists(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([ResourceExpiredError("too old resource version: 1 (5)")])
     run = start(source)
@@ -93,7 +97,7 @@ def test_a_410_in_the_watch_relists(start) -> None:  # type: ignore[no-untyped-d
     assert run.count("informer_bus_reflector_relists_total") == 1
 
 
-def test_a_closed_watch_is_resumed_from_the_last_rv_without_a_relist(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_closed_watch_is_resumed_from_the_last_rv_without_a_relist(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([[WatchEvent("MODIFIED", pod("a", 2))], CLOSE])
     run = start(source)
@@ -103,7 +107,9 @@ def test_a_closed_watch_is_resumed_from_the_last_rv_without_a_relist(start) -> N
     assert run.count("informer_bus_reflector_watch_restarts_total", reason="closed") >= 1
 
 
-def test_a_bad_line_rewatches_from_the_last_event_then_relists_when_it_persists(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_line_rewatches_from_the_last_event_then_relists_when_it_persists(
+    start: Start,
+) -> None:
     source = FakeSource([pod("a", 1)])
     changed = WatchEvent("MODIFIED", pod("a", 2))
     bad = MalformedWatchEventError("invalid_json", "invalid JSON", b"{garbage")
@@ -119,7 +125,7 @@ def test_a_bad_line_rewatches_from_the_last_event_then_relists_when_it_persists(
     assert [key for _, key, _ in run.sink.history()] == ["ns/a", "ns/a"]
 
 
-def test_bookmarks_move_the_resume_point(start) -> None:  # type: ignore[no-untyped-def]
+def test_bookmarks_move_the_resume_point(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([[source.bookmark(9)], CLOSE])
     run = start(source)
@@ -128,7 +134,7 @@ def test_bookmarks_move_the_resume_point(start) -> None:  # type: ignore[no-unty
     assert run.sink.history() == [("Added", "ns/a", "1")]
 
 
-def test_an_event_without_a_name_is_counted_and_skipped(start) -> None:  # type: ignore[no-untyped-def]
+def test_an_event_without_a_name_is_counted_and_skipped(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     nameless = WatchEvent("ADDED", {"kind": "Pod", "metadata": {"resourceVersion": "3"}})
     source.watch_plans.append([[nameless, WatchEvent("MODIFIED", pod("a", 4))], HOLD])

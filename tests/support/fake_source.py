@@ -153,9 +153,8 @@ class FakeSource:
         self,
         *,
         resource_version: str | None,
+        send_initial_events: bool,
         timeout_seconds: int,
-        allow_bookmarks: bool = True,
-        send_initial_events: bool = False,
         inactivity_timeout: float,
     ) -> FakeWatch:
         self.watches.append(
