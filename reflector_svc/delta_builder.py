@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import Counter
@@ -37,25 +38,20 @@ _EVENT_TYPES: Final = {
 }
 
 
+@dataclass(frozen=True, slots=True)
 class DeltaBuilder:
-    """Builds one resource's deltas; ``bad_inputs`` is the ``bad_input`` counter."""
+    """Builds one resource's deltas."""
 
-    def __init__(
-        self,
-        *,
-        resource: str,
-        kind: str,
-        transform: Transform | None,
-        max_object_bytes: int,
-        bad_inputs: Counter,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.resource = resource
-        self.kind = kind
-        self._transform = transform
-        self._max_object_bytes = max_object_bytes
-        self._bad_inputs = bad_inputs
-        self._wall_clock = wall_clock
+    resource: str
+    kind: str
+    """The resource's object kind: a watch event of another kind is bad input (1.9)."""
+    transform: Transform | None
+    max_object_bytes: int
+    """Envelopes larger than this are skipped as ``oversized``."""
+    bad_inputs: Counter
+    """The ``bad_input`` counter (labels ``resource``, ``reason``)."""
+    wall_clock: Callable[[], float] = time.time
+    """When a change was observed (the envelope's ``observed_at``)."""
 
     def prepared(self, items: Iterable[Obj]) -> Iterator[Obj]:
         """Objects transformed and checked; unusable ones are logged, counted and skipped."""
@@ -77,17 +73,17 @@ class DeltaBuilder:
         return obj_or_none
 
     def _transformed(self, obj: Obj) -> Obj | None:
-        if self._transform is None:
+        if self.transform is None:
             return obj
         try:
-            return self._transform(obj)
+            return self.transform(obj)
         except Exception as exc:  # a user transform that raises must not stop the resource
             self.bad_input("transform_failed", f"{type(exc).__name__}: {exc}")
             return None
 
     def bad_input(self, reason: str, detail: str) -> None:
         """Count and log an input skipped for ``reason`` (a fixed label: a metric label)."""
-        self._bad_inputs.labels(resource=self.resource, reason=reason).inc()
+        self.bad_inputs.labels(resource=self.resource, reason=reason).inc()
         log.warning("%s: skipped bad input (%s): %s", self.resource, reason, detail)
 
     def event_delta(self, event: WatchEvent) -> PendingDelta | None:
@@ -105,7 +101,7 @@ class DeltaBuilder:
         if obj is None:
             return None
         try:
-            envelope = DeltaEnvelope.of_object(delta_type, obj, observed_at=self._wall_clock())
+            envelope = DeltaEnvelope.of_object(delta_type, obj, observed_at=self.wall_clock())
         except InvalidKeyError as exc:
             self.bad_input("no_name", str(exc))
             return None
@@ -113,11 +109,11 @@ class DeltaBuilder:
 
     def pending(self, delta: Delta) -> PendingDelta | None:
         """A relist's delta (tombstones included), encoded; ``None`` when oversized."""
-        return self._encoded(DeltaEnvelope.from_delta(delta, observed_at=self._wall_clock()))
+        return self._encoded(DeltaEnvelope.from_delta(delta, observed_at=self.wall_clock()))
 
     def _encoded(self, envelope: DeltaEnvelope) -> PendingDelta | None:
         try:
-            data = encode_envelope(envelope, max_bytes=self._max_object_bytes)
+            data = encode_envelope(envelope, max_bytes=self.max_object_bytes)
         except ValueError as exc:
             self.bad_input("oversized", str(exc))
             return None

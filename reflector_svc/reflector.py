@@ -127,33 +127,27 @@ class DeltaSink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ReflectorOptions:
-    """What the ListAndWatch loop is tuned by (defaults: client-go's where it has one).
+    """What the ListAndWatch loop is tuned by, and nothing else of the configuration.
 
-    The service builds it from its settings (``reflector_svc.service.reflector_options``);
-    the Reflector sees nothing else of the configuration.
+    Built from the service's settings by ``reflector_svc.service.reflector_options``; the
+    meaning and the defaults of each value are the settings' (``ReflectorSettings``), so they
+    are said once, there. Seconds unless named otherwise.
     """
 
-    page_size: int = 500
-    """Objects per LIST page."""
-    watch_list: bool = False
+    page_size: int
+    watch_list: bool
     """Try a streaming list (``sendInitialEvents``) before the paginated LIST."""
-    watch_timeout_min: int = 300
-    """Shortest server-side watch timeout, seconds (each watch draws one up to the max)."""
-    watch_timeout_max: int = 600
-    inactivity_timeout: float = 90.0
-    """Reconnect a watch that sent no bytes at all (bookmarks included) this long."""
-    request_timeout: float = 60.0
-    """Timeout of one LIST page request, seconds."""
-    backoff_initial: float = 0.8
-    backoff_max: float = 30.0
-    backoff_reset: float = 120.0
-    """Forget past failures after this many quiet seconds."""
-    batch_max: int = 500
-    """Most deltas published per Redis round trip."""
-    checkpoint_interval: float = 5.0
-    """Advance every shard's checkpoint at least this often while watching."""
-    max_object_bytes: int = 1_500_000
-    """Objects whose envelope is larger are skipped (and counted)."""
+    watch_timeout_min: int
+    watch_timeout_max: int
+    """Each watch asks the server for a timeout drawn from ``[min, max]``."""
+    inactivity_timeout: float
+    request_timeout: float
+    backoff_initial: float
+    backoff_max: float
+    backoff_reset: float
+    batch_max: int
+    checkpoint_interval: float
+    max_object_bytes: int
 
 
 class _RelistNeeded(Exception):
@@ -188,13 +182,9 @@ class Reflector:
         self._metrics = metrics
         self._rng = rng or random.Random()
         self._monotonic = monotonic
+        bad_inputs = metrics.bad_input
         self._deltas = DeltaBuilder(
-            resource=resource,
-            kind=kind,
-            transform=transform,
-            max_object_bytes=options.max_object_bytes,
-            bad_inputs=metrics.bad_input,
-            wall_clock=wall_clock,
+            resource, kind, transform, options.max_object_bytes, bad_inputs, wall_clock
         )
         self._label = {"resource": resource}
         # The newest resourceVersion every shard has (events, bookmarks or a list): where the

@@ -8,6 +8,7 @@ blocked reading (the socket is shut down under it). What the bytes mean is
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -63,12 +64,11 @@ class WatchStream(Iterator[WatchEvent]):
         timeout: urllib3.Timeout,
         read_size: int = DEFAULT_READ_SIZE,
     ) -> None:
-        self._api_client = api_client
+        # The request, sent on open: all the stream needs of the client, path and query.
+        self._request = functools.partial(send, api_client, path, query, timeout, watch=True)
         self.path = path
-        self._query = query
-        self._decoder = decoder
-        self._timeout = timeout
         self.inactivity_timeout = timeout.read_timeout
+        self._decoder = decoder
         self._read_size = read_size
         self._lock = threading.Lock()
         self._resp: urllib3.BaseHTTPResponse | None = None
@@ -95,7 +95,7 @@ class WatchStream(Iterator[WatchEvent]):
             if self._opened or self._closed:
                 return self
             self._opened = True
-        resp = send(self._api_client, self.path, self._query, self._timeout, watch=True)
+        resp = self._request()
         raise_for_status(resp, watch_list_requested=self._decoder.watch_list)
         with self._lock:
             if not self._is_closed():

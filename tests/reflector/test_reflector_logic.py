@@ -16,12 +16,14 @@ from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
 from reflector_svc.api_errors import MalformedWatchEventError, ResourceExpiredError
 from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.reflector import Reflector, ReflectorOptions
+from reflector_svc.reflector import Reflector
+from reflector_svc.service import reflector_options
+from reflector_svc.settings import ReflectorSettings
 from reflector_svc.watch_events import WatchEvent
 from tests.support.bus import wait_until
 from tests.support.fake_source import CLOSE, HOLD, FakeSink, FakeSource, pod
 
-FAST = ReflectorOptions(backoff_initial=0.01, backoff_max=0.02, page_size=2)
+FAST = reflector_options(ReflectorSettings(backoff_initial=0.01, backoff_max=0.02, page_size=2))
 
 
 @dataclass

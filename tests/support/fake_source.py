@@ -126,12 +126,7 @@ class FakeSource:
     # --- the ListerWatcher protocol ---------------------------------------------------------
 
     def list_page(
-        self,
-        *,
-        resource_version: str | None,
-        limit: int,
-        continue_token: str | None,
-        timeout: float,
+        self, *, resource_version: str | None, limit: int, continue_token: str | None, **_: object
     ) -> ListPage:
         self.lists.append(
             {"resource_version": resource_version, "limit": limit, "continue": continue_token}
@@ -150,12 +145,7 @@ class FakeSource:
             return ListPage(items, str(at), token, None)
 
     def watch(
-        self,
-        *,
-        resource_version: str | None,
-        send_initial_events: bool,
-        timeout_seconds: int,
-        inactivity_timeout: float,
+        self, *, resource_version: str | None, send_initial_events: bool, **_: object
     ) -> FakeWatch:
         self.watches.append(
             {"resource_version": resource_version, "send_initial_events": send_initial_events}
