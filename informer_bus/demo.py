@@ -71,7 +71,13 @@ from typing import IO, Final, TextIO
 import redis
 
 from common.service_runner import fail
-from common.settings import SettingsError, add_flags, settings_from_args
+from common.settings import (
+    LeaseTiming,
+    MembershipTiming,
+    SettingsError,
+    add_flags,
+    settings_from_args,
+)
 from informer_bus.apiserver_sim.command import READY_PREFIX
 from informer_bus.child_process import start_tied
 from informer_bus.local_redis import RedisServer, RedisServerMissingError
@@ -105,7 +111,7 @@ _STARTUP_TIMEOUT: Final = 60.0
 _PROCESSOR_STOP_TIMEOUT: Final = 25.0  # the processor's default shutdown grace is 10 s
 _STOP_TIMEOUT: Final = 15.0
 _RESTART_BACKOFF: Final = 1.0  # doubled for each failed start in a row
-_MEMBER_TTL: Final = 5.0  # the processors' default --member-ttl
+_MEMBER_TTL: Final = MembershipTiming().member_ttl  # what the processors use (no flag given)
 _SHOW_TAKEOVER: Final = 2.0  # seconds the view shows a takeover before the restart
 _TAKEOVER_SLACK: Final = 10.0  # beyond lease + member TTL, before restarting without a takeover
 _LAST_LINES: Final = 5
@@ -185,11 +191,7 @@ class DemoSettings:
     def lease_flags(self) -> list[str]:
         """The processor flags of :attr:`lease_duration`, in client-go's default proportions
         (15 s lease, 10 s renew deadline, 2 s retry period)."""
-        lease = self.lease_duration
-        return [
-            "--lease-duration", f"{lease:g}", "--renew-deadline", f"{lease * 2 / 3:g}",
-            "--retry-period", f"{lease * 2 / 15:g}",
-        ]  # fmt: skip
+        return LeaseTiming.scaled(self.lease_duration).flags()
 
 
 class DemoError(Exception):

@@ -48,10 +48,12 @@ from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
+    RedisConnection,
     ServiceSettings,
     SettingsError,
     add_flags,
     check_key_prefix,
+    grouped,
     settings_from_args,
 )
 from common.wire import DeltaEnvelope, WireDecodeError, envelope_from_fields
@@ -619,13 +621,9 @@ def _service_field(name: str) -> Any:
 class SubscribeSettings:
     """Where the bus is: the services' ``--redis-url`` and ``--prefix`` (same env vars)."""
 
-    redis_url: str = _service_field("redis_url")
-    redis_username: str | None = _service_field("redis_username")
-    redis_password_file: str | None = _service_field("redis_password_file")
-    redis_tls_ca_file: str | None = _service_field("redis_tls_ca_file")
-    redis_tls_cert_file: str | None = _service_field("redis_tls_cert_file")
-    redis_tls_key_file: str | None = _service_field("redis_tls_key_file")
-    redis_cluster: bool = _service_field("redis_cluster")
+    redis: RedisConnection = dataclasses.field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
     prefix: str = _service_field("prefix")
 
     def __post_init__(self) -> None:
@@ -828,13 +826,13 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
     reader_gone = _ReaderGone(sys.stdout)
     try:
         settings = settings_from_args(SubscribeSettings, ENV_PREFIX, args)
-        connection = connection_kwargs(settings)
+        connection = connection_kwargs(settings.redis)
         options = _options(args)
     except (SettingsError, SubscribeError) as exc:
         return fail(PROGRAM, str(exc))
     try:
         subscription = subscribe(
-            settings.redis_url,
+            settings.redis.url,
             args.resource,
             start=options.start,
             types=options.types,
@@ -844,7 +842,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             stop=reader_gone,
             on_undecodable=_warn_undecodable,
             connection=connection,
-            cluster=settings.redis_cluster,
+            cluster=settings.redis.cluster,
             wait=args.wait,
             on_waiting=_say_waiting,
         )
@@ -852,7 +850,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
-        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis_url)}: {reason}")
+        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis.url)}: {reason}")
     with subscription:
         try:
             _print_deltas(itertools.islice(subscription, options.count), options.output)

@@ -17,6 +17,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
@@ -88,7 +89,7 @@ def run_reflector(sim: Simulator, redis_client: redis.Redis) -> Iterator[Callabl
             kind="Pod",
             source=source,
             sink=ShardPublisher(redis_client, prefix="ib", resource="pods", shard_count=SHARDS),
-            options=reflector_options(ReflectorSettings(**values)),
+            options=reflector_options(settings_of(ReflectorSettings, **values)),
             metrics=metrics,
         )
         stop = threading.Event()
