@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from common.plugins import PluginError
 from common.service_runner import fail, prepare_service, run_until_signalled
-from common.settings import SettingsError, add_flags, settings_from_args
+from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
-from processor_svc.settings import ENV_PREFIX, ProcessorSettings
+from processor_svc.settings import ProcessorSettings
 
 __all__ = ["HELP", "PROGRAM", "configure_parser", "main", "run"]
 
