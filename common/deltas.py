@@ -11,7 +11,7 @@ section 2):
 * What a shard already has is decided inside Redis, atomically, by the publish script
   (``common.redis_layout.publish_scripts.PUBLISH_LUA``): that Lua is the source of truth.
   :func:`publish_is_skipped` states the same rules in Python, for readers and for in-memory
-  sinks; ``tests/reflector_publish/test_publish_rules.py`` runs random delta sequences through
+  sinks; ``tests/reflector/publisher/test_publish_rules.py`` runs random delta sequences through
   both (the real Lua on a real redis-server) and requires the same decisions.
 
 client-go's in-memory queue rules (``Replace``, ``Resync``, the deletion dedup) have no

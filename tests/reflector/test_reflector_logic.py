@@ -20,8 +20,8 @@ from reflector_svc.reflector import Reflector
 from reflector_svc.service import reflector_options
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.watch_events import WatchEvent
-from tests.support.bus import wait_until
 from tests.support.fake_source import CLOSE, HOLD, FakeSink, FakeSource, pod
+from tests.support.waiting import wait_until
 
 FAST = reflector_options(ReflectorSettings(backoff_initial=0.01, backoff_max=0.02, page_size=2))
 
@@ -75,7 +75,7 @@ def test_a_relist_tombstones_a_vanished_key_with_its_last_object(start: Start) -
         sink.versions[envelope.key] = envelope.resource_version
         sink.objects[envelope.key] = encode_envelope(envelope)
     run = start(FakeSource([pod("a", 1), pod("b", 4)], rv=5), sink)
-    wait_until(run.reflector.synced.is_set, 5, message="sync")
+    wait_until(run.reflector.synced.is_set, 5, what="sync")
     assert sink.history() == [("Added", "ns/b", "4"), ("Deleted", "ns/gone", "1")]
     tombstone = decode_envelope(sink.published[-1].envelope)
     assert (tombstone.key, tombstone.tombstone) == ("ns/gone", True)
@@ -85,7 +85,7 @@ def test_a_relist_tombstones_a_vanished_key_with_its_last_object(start: Start) -
 
 def test_a_paginated_list_follows_its_continue_tokens(start: Start) -> None:
     run = start(FakeSource([pod(name, 1) for name in "abcde"]))
-    wait_until(run.reflector.synced.is_set, 5, message="sync")
+    wait_until(run.reflector.synced.is_set, 5, what="sync")
     assert [call["continue"] for call in run.source.lists] == [None, "1:2", "1:4"]
     assert len(run.sink.published) == 5
 
@@ -94,7 +94,7 @@ def test_a_410_in_the_watch_relists(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([ResourceExpiredError("too old resource version: 1 (5)")])
     run = start(source)
-    wait_until(lambda: len(source.lists) >= 2, 5, message="the relist")
+    wait_until(lambda: len(source.lists) >= 2, 5, what="the relist")
     assert run.count("informer_bus_reflector_expired_total") == 1
     assert run.count("informer_bus_reflector_relists_total") == 1
 
@@ -103,7 +103,7 @@ def test_a_closed_watch_is_resumed_from_the_last_rv_without_a_relist(start: Star
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([[WatchEvent("MODIFIED", pod("a", 2))], CLOSE])
     run = start(source)
-    wait_until(lambda: len(source.watches) >= 2, 5, message="the re-watch")
+    wait_until(lambda: len(source.watches) >= 2, 5, what="the re-watch")
     assert [w["resource_version"] for w in source.watches[:2]] == ["1", "2"]
     assert len(source.lists) == 1
     assert run.count("informer_bus_reflector_watch_restarts_total", reason="closed") >= 1
@@ -119,7 +119,7 @@ def test_a_bad_line_rewatches_from_the_last_event_then_relists_when_it_persists(
     source.watch_plans.extend([[bad]] * (BAD_LINE_RELIST_AFTER - 1))
     source.watch_plans.append([HOLD])
     run = start(source)
-    wait_until(lambda: len(source.lists) >= 2, 10, message="the relist after repeated bad lines")
+    wait_until(lambda: len(source.lists) >= 2, 10, what="the relist after repeated bad lines")
     resumed_at = [w["resource_version"] for w in source.watches[1:BAD_LINE_RELIST_AFTER]]
     assert resumed_at == ["2"] * (BAD_LINE_RELIST_AFTER - 1)
     reasons = run.count("informer_bus_reflector_bad_watch_lines_total", reason="invalid_json")
@@ -131,7 +131,7 @@ def test_bookmarks_move_the_resume_point(start: Start) -> None:
     source = FakeSource([pod("a", 1)])
     source.watch_plans.append([[source.bookmark(9)], CLOSE])
     run = start(source)
-    wait_until(lambda: len(source.watches) >= 2, 5, message="the re-watch")
+    wait_until(lambda: len(source.watches) >= 2, 5, what="the re-watch")
     assert source.watches[1]["resource_version"] == "9"
     assert run.sink.history() == [("Added", "ns/a", "1")]
 
@@ -141,5 +141,5 @@ def test_an_event_without_a_name_is_counted_and_skipped(start: Start) -> None:
     nameless = WatchEvent("ADDED", {"kind": "Pod", "metadata": {"resourceVersion": "3"}})
     source.watch_plans.append([[nameless, WatchEvent("MODIFIED", pod("a", 4))], HOLD])
     run = start(source)
-    wait_until(lambda: len(run.sink.published) == 2, 5, message="the good event")
+    wait_until(lambda: len(run.sink.published) == 2, 5, what="the good event")
     assert run.count("informer_bus_reflector_bad_input_total", reason="no_name") == 1
