@@ -31,6 +31,11 @@ The caveats, which callers must respect:
   no C library lock another thread could have held.
 - Linux only. Elsewhere (no ``prctl`` in the C library) :func:`start_tied` starts the child
   untied, and :data:`TIES_CHILDREN` says so.
+
+:class:`ChildProcess` is the one supervisor built on it, for every program here that runs
+children (the demo, the benches, the simulator process, the private Redis, the tests): start
+tied; wait until ready; stop with a signal, a bounded grace, then SIGKILL; reap; and never
+leak a process, a pipe, a thread or a file, whichever of those steps fails.
 """
 
 from __future__ import annotations
@@ -41,10 +46,26 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, Protocol, Self, TypeVar
 
-__all__ = ["TIES_CHILDREN", "parent_death_preexec", "start_tied"]
+__all__ = [
+    "TIES_CHILDREN",
+    "ChildExitedError",
+    "ChildNotReadyError",
+    "ChildProcess",
+    "ReadyWaitCancelledError",
+    "StopSignal",
+    "parent_death_preexec",
+    "start_tied",
+]
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG: Final = 1
 
@@ -101,3 +122,277 @@ def start_tied(
     preexec = parent_death_preexec(death_signal) if TIES_CHILDREN else None
     # The thread-safety caveat of preexec_fn is the module docstring's; tie_to_parent meets it.
     return subprocess.Popen(list(args), preexec_fn=preexec, **popen_kwargs)  # noqa: PLW1509
+
+
+class StopSignal(Protocol):
+    """Anything with ``is_set()``, e.g. a :class:`threading.Event`."""
+
+    def is_set(self) -> bool: ...
+
+
+class ChildExitedError(RuntimeError):
+    """The child ended while :meth:`ChildProcess.wait_ready` waited for it."""
+
+    def __init__(self, child: ChildProcess, returncode: int) -> None:
+        super().__init__(f"{child.name} exited ({returncode}) before it was ready")
+        self.returncode = returncode
+
+
+class ChildNotReadyError(RuntimeError):
+    """The child was not ready within :meth:`ChildProcess.wait_ready`'s timeout."""
+
+
+class ReadyWaitCancelledError(RuntimeError):
+    """:meth:`ChildProcess.wait_ready`'s ``cancel`` was set (the parent is stopping)."""
+
+
+class ChildProcess:
+    """One child process, from start to reaped; what every runner of children here uses.
+
+    ``args`` may be changed until :meth:`start`, which may be called again once the previous
+    run ended (the demo restarts processors). The child's stdin is ``/dev/null``; its stdout
+    and stderr go to ``log_path``, appended (a restart continues the same file), or to an
+    anonymous temporary file without one; :meth:`log_text` is what the current run wrote.
+    With ``on_line``, they go through a pipe instead: a reader thread hands every line to
+    ``on_line`` as it arrives (to time log lines, or find a readiness line), then appends
+    it to the log.
+
+    ``tied``: started with :func:`start_tied` (``death_signal`` when the starting thread
+    dies), so start it from a thread that outlives it. ``own_process_group``: a Ctrl-C in the
+    terminal reaches only us, who stop the children in our own order. ``stop_signal``: what
+    :meth:`terminate` sends to ask for a clean stop (py-spy saves its profile on SIGINT).
+
+    Invariant: after :meth:`stop`, :meth:`kill` or :meth:`close` (and on leaving a ``with``
+    block) the process is reaped, the reader thread joined and every pipe and file closed.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        name: str | None = None,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        on_line: Callable[[bytes], None] | None = None,
+        tied: bool = True,
+        death_signal: signal.Signals = signal.SIGKILL,
+        own_process_group: bool = False,
+        stop_signal: signal.Signals = signal.SIGTERM,
+    ) -> None:
+        self.args = list(args)
+        self.name = name or Path(self.args[0]).name
+        self.log_path = log_path
+        self.env = None if env is None else dict(env)
+        self.cwd = cwd
+        self.on_line = on_line
+        self.tied = tied
+        self.death_signal = death_signal
+        self.own_process_group = own_process_group
+        self.stop_signal = stop_signal
+        self.killed = False
+        """The last :meth:`stop` had to SIGKILL it (or :meth:`kill` did)."""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._log_start = 0
+        self._closed_text = ""
+        self._reader: threading.Thread | None = None
+        self._asked_to_stop = False
+
+    # --- starting
+
+    def start(self) -> Self:
+        """Start the child (again, after a previous run ended)."""
+        if self.running:
+            raise RuntimeError(f"{self.name} is running already (pid {self.pid})")
+        self.close()
+        if self.log_path is None:
+            self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        else:
+            self._log = self.log_path.open("ab")
+        self._log_start = self._log.tell()
+        self._closed_text = ""
+        self.killed = self._asked_to_stop = False
+        output: int | IO[bytes] = subprocess.PIPE if self.on_line is not None else self._log
+        popen: dict[str, Any] = {
+            "stdin": subprocess.DEVNULL, "stdout": output, "stderr": subprocess.STDOUT,
+            "env": self.env, "cwd": self.cwd,
+        }  # fmt: skip
+        if self.own_process_group:
+            popen["process_group"] = 0
+        try:
+            if self.tied:
+                self._process = start_tied(self.args, death_signal=self.death_signal, **popen)
+            else:
+                self._process = subprocess.Popen(self.args, **popen)
+        except BaseException:
+            self.close()
+            raise
+        if self.on_line is not None:
+            self._reader = threading.Thread(
+                target=self._read_lines, name=f"{self.name}-output", daemon=True
+            )
+            self._reader.start()
+        return self
+
+    def _read_lines(self) -> None:
+        process, log, on_line = self._process, self._log, self.on_line
+        assert process is not None and process.stdout is not None
+        assert log is not None and on_line is not None
+        for line in process.stdout:
+            on_line(line)
+            log.write(line)
+            log.flush()
+
+    # --- what it is doing
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self._process.pid
+
+    @property
+    def started(self) -> bool:
+        return self._process is not None
+
+    def poll(self) -> int | None:
+        """Its exit status once it ended (reaping it), else ``None``."""
+        return None if self._process is None else self._process.poll()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_text(self) -> str:
+        """What the current (or last) run wrote so far."""
+        if self._log is None:
+            return self._closed_text
+        if self.log_path is not None:
+            try:
+                with self.log_path.open("rb") as log:
+                    log.seek(self._log_start)
+                    return log.read().decode(errors="replace")
+            except FileNotFoundError:
+                return ""
+        self._log.flush()
+        fd = self._log.fileno()
+        size = os.fstat(fd).st_size - self._log_start
+        return os.pread(fd, max(0, size), self._log_start).decode(errors="replace")
+
+    def last_lines(self, count: int) -> list[str]:
+        """The last ``count`` non-blank lines of :meth:`log_text`."""
+        return [line.rstrip() for line in self.log_text().splitlines() if line.strip()][-count:]
+
+    def wait_ready(
+        self,
+        check: Callable[[], T | None],
+        timeout: float,
+        *,
+        what: str = "ready",
+        cancel: StopSignal | None = None,
+        interval: float = 0.05,
+    ) -> T:
+        """``check()``'s first result that is not ``None``, polled every ``interval`` s.
+
+        Raises :class:`ChildExitedError` when the child ends first, :class:`ChildNotReadyError`
+        after ``timeout`` s and :class:`ReadyWaitCancelledError` once ``cancel`` is set; the
+        child keeps running in the last two cases (stopping it is the caller's choice).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            found = check()
+            if found is not None:
+                return found
+            status = self.poll()
+            if status is not None:
+                raise ChildExitedError(self, status)
+            if cancel is not None and cancel.is_set():
+                raise ReadyWaitCancelledError(f"stopped waiting for {self.name} to be {what}")
+            if time.monotonic() > deadline:
+                raise ChildNotReadyError(f"{self.name} was not {what} within {timeout:g} s")
+            time.sleep(interval)
+
+    # --- stopping
+
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Send ``signum`` (unless it ended and was reaped: its pid may be someone else's)."""
+        if self.running:
+            assert self._process is not None
+            self._process.send_signal(signum)
+
+    def terminate(self) -> None:
+        """Ask for a clean stop (``stop_signal``), once per run, without waiting: a second
+        SIGTERM means "hurry" to some programs."""
+        if self.running and not self._asked_to_stop:
+            self._asked_to_stop = True
+            self.send_signal(self.stop_signal)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status once it ends; ``TimeoutError`` if it still runs after ``timeout``."""
+        if self._process is None:
+            raise RuntimeError(f"{self.name} was never started")
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.name} {self.pid} still runs after {timeout} s") from None
+
+    def stop(self, grace: float, *, hurry: StopSignal | None = None) -> int | None:
+        """:meth:`terminate`, wait up to ``grace`` s (less once ``hurry`` is set), SIGKILL if
+        it still runs; reap it and close everything. Its exit status (``None`` if it was never
+        started); :attr:`killed` says whether it had to be killed."""
+        if self._process is None:
+            return None
+        self.terminate()
+        deadline = time.monotonic() + grace
+        while self.running:
+            if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
+                self._process.kill()
+                self.killed = True
+                break
+            time.sleep(0.05)
+        status = self._process.wait()
+        self.close()
+        return status
+
+    def kill(self) -> int | None:
+        """SIGKILL (kill -9, which also ends a stopped process), reap, close everything."""
+        if self._process is None:
+            return None
+        if self.running:
+            self._process.kill()
+            self.killed = True
+        status = self._process.wait()
+        self.close()
+        return status
+
+    def close(self) -> None:
+        """Leave nothing behind: kill it if it still runs, reap it, join the reader, close the
+        pipe and the log (keeping an anonymous log's text for :meth:`log_text`)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            self.killed = True
+        if process is not None:
+            process.wait()
+        if self._reader is not None:
+            self._reader.join(10)  # ends with the pipe, unless a grandchild still holds it
+            self._reader = None
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        if self._log is not None:
+            if self.log_path is None:
+                self._closed_text = self.log_text()
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
