@@ -112,14 +112,25 @@ def start_tied(
     args: Sequence[str],
     *,
     death_signal: signal.Signals = signal.SIGKILL,
+    then: Callable[[], None] | None = None,
     **popen_kwargs: Any,
 ) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(args, **popen_kwargs)`` whose child gets ``death_signal`` when the
     calling thread (see the module docstring) or its process dies, however it dies. Only bytes
-    I/O (no ``text=``), and no ``preexec_fn`` of the caller's: the tie is the one it runs."""
+    I/O (no ``text=``), and no ``preexec_fn`` of the caller's: the tie is the one it runs, then
+    ``then`` if given (in the child before ``exec``, under ``preexec_fn``'s caveats)."""
     if "preexec_fn" in popen_kwargs:
         raise TypeError("start_tied() sets preexec_fn itself")
-    preexec = parent_death_preexec(death_signal) if TIES_CHILDREN else None
+    tie = parent_death_preexec(death_signal) if TIES_CHILDREN else None
+    preexec = tie
+    if then is not None:
+        after = then
+
+        def preexec() -> None:
+            if tie is not None:
+                tie()
+            after()
+
     # The thread-safety caveat of preexec_fn is the module docstring's; tie_to_parent meets it.
     return subprocess.Popen(list(args), preexec_fn=preexec, **popen_kwargs)  # noqa: PLW1509
 
@@ -161,6 +172,8 @@ class ChildProcess:
     dies), so start it from a thread that outlives it. ``own_process_group``: a Ctrl-C in the
     terminal reaches only us, who stop the children in our own order. ``stop_signal``: what
     :meth:`terminate` sends to ask for a clean stop (py-spy saves its profile on SIGINT).
+    ``preexec``: run in the child before ``exec`` (after the tie), under ``preexec_fn``'s
+    caveats (the module docstring's): e.g. a test resetting signal dispositions.
 
     Invariant: after :meth:`stop`, :meth:`kill` or :meth:`close` (and on leaving a ``with``
     block) the process is reaped, the reader thread joined and every pipe and file closed.
@@ -179,6 +192,7 @@ class ChildProcess:
         death_signal: signal.Signals = signal.SIGKILL,
         own_process_group: bool = False,
         stop_signal: signal.Signals = signal.SIGTERM,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.args = list(args)
         self.name = name or Path(self.args[0]).name
@@ -190,6 +204,7 @@ class ChildProcess:
         self.death_signal = death_signal
         self.own_process_group = own_process_group
         self.stop_signal = stop_signal
+        self.preexec = preexec
         self.killed = False
         """The last :meth:`stop` had to SIGKILL it (or :meth:`kill` did)."""
         self._process: subprocess.Popen[bytes] | None = None
@@ -222,9 +237,11 @@ class ChildProcess:
             popen["process_group"] = 0
         try:
             if self.tied:
-                self._process = start_tied(self.args, death_signal=self.death_signal, **popen)
+                self._process = start_tied(
+                    self.args, death_signal=self.death_signal, then=self.preexec, **popen
+                )
             else:
-                self._process = subprocess.Popen(self.args, **popen)
+                self._process = subprocess.Popen(self.args, preexec_fn=self.preexec, **popen)  # noqa: PLW1509
         except BaseException:
             self.close()
             raise
