@@ -51,7 +51,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Final, Protocol, Self, TypeVar
 
 __all__ = [
@@ -175,8 +174,8 @@ class ChildProcess:
     ``preexec``: run in the child before ``exec`` (after the tie), under ``preexec_fn``'s
     caveats (the module docstring's): e.g. a test resetting signal dispositions.
 
-    Invariant: after :meth:`stop`, :meth:`kill` or :meth:`close` (and on leaving a ``with``
-    block) the process is reaped, the reader thread joined and every pipe and file closed.
+    Invariant: after :meth:`stop`, :meth:`kill` or :meth:`close` the process is reaped, the
+    reader thread joined and every pipe and file closed.
     """
 
     def __init__(
@@ -402,14 +401,3 @@ class ChildProcess:
                 self._closed_text = self.log_text()
             self._log.close()
             self._log = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -22,7 +22,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
 import redis
@@ -35,6 +34,7 @@ from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.resource_ids import resource_id_from
 from common.wire import DeltaEnvelope, WireDecodeError, envelope_from_fields
 from informer_bus.discovery import discover_shard_count
+from informer_bus.lifecycle import Closing
 
 __all__ = [
     "FROM_BEGINNING",
@@ -235,8 +235,36 @@ def _effective_socket_timeout(client: redis.Redis) -> float | None:
     return None if timeout is None else float(timeout)
 
 
-class Subscription(Iterator[SubscribedDelta]):
-    """An iterator over a resource's deltas, all shards merged; see :func:`subscribe`.
+class Subscription(Iterator[SubscribedDelta], Closing):
+    """An iterator over a resource's deltas, all shards merged (:data:`subscribe`).
+
+    Iterate over ``resource``'s deltas from every shard, as the reflector publishes them.
+
+    ``client_or_url``: a ``redis://`` URL (the subscription makes and closes its client) or a
+    ``redis.Redis`` that does not decode responses. ``resource``: the resource id of the keys
+    (``pods``, ``deployments.apps``, ``pods@shop``) or the reflector's ``--resource`` spec.
+    ``start``: :data:`FROM_NOW` (default), :data:`FROM_BEGINNING`, or an entry ID, applied to
+    every shard (IDs are Redis append times, so one ID is a point in time on all shards).
+    ``types`` / ``namespace`` keep only those deltas (``""`` is cluster-scoped objects).
+    ``shard_count``: found from the keys in Redis when ``None``. ``stop``: checked between
+    reads (every ``block_ms`` at most, 2 s by default), e.g. a ``threading.Event``; the
+    iteration ends when it is set. ``on_undecodable``: called for an entry that is no valid
+    envelope, which is skipped (the default logs a warning). ``connection``: credentials and
+    TLS for a URL (``common.redis_config.connection_kwargs``). ``cluster``: the URL names a
+    node of a Redis Cluster (a client given instead is recognised by its type); there the
+    shards are polled every 50 ms when idle, since one blocking XREAD cannot span slots.
+    ``wait``: when no reflector has published the resource yet, wait for one (calling
+    ``on_waiting`` once with the reason) instead of raising; the deltas then start with the
+    first one published (``start=FROM_NOW`` meant "from the call").
+
+    Order: every delta of one object is on one shard and arrives in stream order, which is the
+    order that matters. Across shards the deltas are merged by entry ID within each read, so
+    they come roughly in publishing order; that is best effort, not a guarantee.
+
+    Raises :class:`SubscribeError` for a mistake (a malformed resource, one no reflector has
+    published while ``wait`` is false, bad ``start``, unknown type) and redis-py's errors when
+    Redis cannot be reached. Use it as a context manager, or call ``close()``, to release the
+    connection.
 
     Shards and start positions are settled in the constructor, so ``start=FROM_NOW`` means
     "after this call" (not "after the first ``next``") and mistakes surface at once.
@@ -398,17 +426,6 @@ class Subscription(Iterator[SubscribedDelta]):
     def __next__(self) -> SubscribedDelta:
         return next(self._deltas)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         """End the iteration; closes the Redis client if the subscription made it from a URL."""
         deltas = getattr(self, "_deltas", None)
@@ -482,64 +499,6 @@ def _stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:
     return [(_text(stream), list(entries)) for stream, entries in reply]
 
 
-def subscribe(
-    client_or_url: redis.Redis | str,
-    resource: str,
-    *,
-    start: str = FROM_NOW,
-    types: Iterable[DeltaType | str] | None = None,
-    namespace: str | None = None,
-    shard_count: int | None = None,
-    prefix: str = DEFAULT_PREFIX,
-    stop: StopSignal | None = None,
-    block_ms: int | None = None,
-    on_undecodable: Callable[[UndecodableEntry], None] | None = None,
-    connection: Mapping[str, Any] | None = None,
-    cluster: bool = False,
-    wait: bool = False,
-    on_waiting: Callable[[str], None] | None = None,
-) -> Subscription:
-    """Iterate over ``resource``'s deltas from every shard, as the reflector publishes them.
-
-    ``client_or_url``: a ``redis://`` URL (the subscription makes and closes its client) or a
-    ``redis.Redis`` that does not decode responses. ``resource``: the resource id of the keys
-    (``pods``, ``deployments.apps``, ``pods@shop``) or the reflector's ``--resource`` spec.
-    ``start``: :data:`FROM_NOW` (default), :data:`FROM_BEGINNING`, or an entry ID, applied to
-    every shard (IDs are Redis append times, so one ID is a point in time on all shards).
-    ``types`` / ``namespace`` keep only those deltas (``""`` is cluster-scoped objects).
-    ``shard_count``: found from the keys in Redis when ``None``. ``stop``: checked between
-    reads (every ``block_ms`` at most, 2 s by default), e.g. a ``threading.Event``; the
-    iteration ends when it is set. ``on_undecodable``: called for an entry that is no valid
-    envelope, which is skipped (the default logs a warning). ``connection``: credentials and
-    TLS for a URL (``common.redis_config.connection_kwargs``). ``cluster``: the URL names a
-    node of a Redis Cluster (a client given instead is recognised by its type); there the
-    shards are polled every 50 ms when idle, since one blocking XREAD cannot span slots.
-    ``wait``: when no reflector has published the resource yet, wait for one (calling
-    ``on_waiting`` once with the reason) instead of raising; the deltas then start with the
-    first one published (``start=FROM_NOW`` meant "from the call").
-
-    Order: every delta of one object is on one shard and arrives in stream order, which is the
-    order that matters. Across shards the deltas are merged by entry ID within each read, so
-    they come roughly in publishing order; that is best effort, not a guarantee.
-
-    Raises :class:`SubscribeError` for a mistake (a malformed resource, one no reflector has
-    published while ``wait`` is false, bad ``start``, unknown type) and redis-py's errors when
-    Redis cannot be reached. Use it as a context manager, or call ``close()``, to release the
-    connection.
-    """
-    return Subscription(
-        client_or_url,
-        resource,
-        start=start,
-        types=types,
-        namespace=namespace,
-        shard_count=shard_count,
-        prefix=prefix,
-        stop=stop,
-        block_ms=block_ms,
-        on_undecodable=on_undecodable,
-        connection=connection,
-        cluster=cluster,
-        wait=wait,
-        on_waiting=on_waiting,
-    )
+subscribe: Final = Subscription
+"""``subscribe(client_or_url, resource, ...)`` is a :class:`Subscription`: the name the docs
+and the examples use (``with subscribe(...) as deltas``)."""

@@ -13,14 +13,14 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
 from informer_bus.apiserver_sim.command import READY_PREFIX, flag_name
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.child_process import ChildExitedError, ChildNotReadyError, ChildProcess
+from informer_bus.lifecycle import StartStop
 
 __all__ = ["SimulatorProcess", "SimulatorProcessError"]
 
@@ -29,7 +29,7 @@ class SimulatorProcessError(RuntimeError):
     """The child failed to start or a control call failed."""
 
 
-class SimulatorProcess:
+class SimulatorProcess(StartStop):
     """A simulator in a subprocess; ``start()`` returns once ``/healthz`` answers."""
 
     def __init__(
@@ -64,7 +64,7 @@ class SimulatorProcess:
                 args += [flag_name(f.name), str(value)]
         return args + self.extra_args
 
-    def start(self) -> SimulatorProcess:
+    def start(self) -> Self:
         process = ChildProcess(
             self.command(), name="apiserver-sim", env=self.env, on_line=self._on_line
         )
@@ -111,17 +111,6 @@ class SimulatorProcess:
             return 0
         status = process.stop(timeout)
         return 0 if status is None else status
-
-    def __enter__(self) -> SimulatorProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ------------------------------------------------------------ control endpoints
 

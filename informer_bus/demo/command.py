@@ -3,13 +3,9 @@ its exit statuses)."""
 
 from __future__ import annotations
 
-import argparse
-
-from common.service_runner import fail
-from common.settings import SettingsError, add_flags, settings_from_args
 from informer_bus.demo.settings import ENV_PREFIX, PROGRAM, DemoSettings
 from informer_bus.demo.supervisor import run_demo
-from informer_bus.subcommand import Subcommand
+from informer_bus.subcommand import settings_subcommand
 
 __all__ = ["DEMO", "HELP"]
 
@@ -19,8 +15,10 @@ HELP = (
 )
 
 
-def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+DEMO = settings_subcommand(
+    "demo",
+    help=HELP,
+    description=(
         HELP + " Children's logs go to a directory printed at start. A processor that dies "
         "(try kill -9) is reported, its shards move to the others, and it is restarted. "
         "Ctrl-C, SIGTERM or SIGHUP (closing the terminal) stops the processors and the "
@@ -29,16 +27,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "failed, 2 for a mistake. Every flag can also be set with the "
         "INFORMER_BUS_DEMO_<NAME> environment variable shown in its help; REDIS_URL is used "
         "when --redis-url is not given."
-    )
-    add_flags(parser, DemoSettings, ENV_PREFIX)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        settings = settings_from_args(DemoSettings, ENV_PREFIX, args)
-    except SettingsError as exc:
-        return fail(PROGRAM, str(exc))
-    return run_demo(settings)
-
-
-DEMO = Subcommand(name="demo", help=HELP, configure=_configure, run=_run)
+    ),
+    settings=DemoSettings,
+    env_prefix=ENV_PREFIX,
+    program=PROGRAM,
+    run=run_demo,
+)
