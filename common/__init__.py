@@ -1,6 +1,10 @@
-"""The informer core shared by the reflector and the processors.
+"""What the reflector and the processors share; it imports neither service nor the app.
 
-Nothing here talks to Redis or Kubernetes: it is the client-go informer machinery (keys, deltas,
-the indexed store, handlers, the workqueue) plus the pieces that make it a distributed pipeline
-(sharding, the wire format). Both services build on it; it imports neither.
+Two layers (``pyproject.toml``'s import-linter contracts hold them apart):
+
+* the informer core, pure: object keys, deltas, the indexed store, handlers, the workqueue and
+  its rate limiters, key -> shard, the wire envelope and the Redis layout's names. None of it
+  talks to Redis or Kubernetes, so every process (and tests without sockets) can use it alone;
+* the Redis side: connection settings and clients, leases and leader election, the
+  publication marker, and the service plumbing (settings, observability, signal handling).
 """

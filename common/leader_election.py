@@ -13,17 +13,15 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import Final
 
-from common.lease import DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Lease, LeaseStatus
+from common.lease import Lease, LeaseStatus, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
+from common.settings import JITTER_FACTOR, LeaseTiming
 from common.throttled_log import ThrottledLog
 
 __all__ = ["LeaderElector"]
 
 log = logging.getLogger(__name__)
-
-_JITTER: Final = 1.2  # client-go's JitterFactor for candidates' retries
 
 
 class LeaderElector:
@@ -51,8 +49,9 @@ class LeaderElector:
     margin (see :func:`common.redis_config.lease_client`; a warning is logged otherwise) and if
     the callback honours ``stop_leading`` promptly. Fencing covers what remains.
 
-    Raises ``ValueError`` unless ``0 < retry_period * 1.2 < renew_deadline < lease.duration``
-    (client-go's rule). ``clock`` (a :class:`common.rate_limiters.Clock`) measures the renew
+    ``timing`` (:class:`common.settings.LeaseTiming`, which enforces client-go's rule) gives the
+    renew deadline and the retry period; raises ``ValueError`` unless the lease lasts
+    ``timing.lease_duration``. ``clock`` (a :class:`common.rate_limiters.Clock`) measures the renew
     deadline and the waits; Redis measures the lease itself. Repeated failures are logged at
     most once per ``log_interval`` seconds.
     """
@@ -61,31 +60,23 @@ class LeaderElector:
         self,
         lease: Lease,
         *,
-        renew_deadline: float = DEFAULT_RENEW_DEADLINE,
-        retry_period: float = DEFAULT_RETRY_PERIOD,
+        timing: LeaseTiming | None = None,
         on_started_leading: Callable[[int, threading.Event], None],
         on_stopped_leading: Callable[[], None],
         clock: Clock | None = None,
         log_interval: float = 30.0,
     ) -> None:
-        if not 0 < retry_period * _JITTER < renew_deadline < lease.duration:
+        timing = timing if timing is not None else LeaseTiming()
+        if lease.duration != timing.lease_duration:
             raise ValueError(
-                "need 0 < retry_period * 1.2 < renew_deadline < lease duration, got "
-                f"retry_period={retry_period!r}, renew_deadline={renew_deadline!r}, "
-                f"duration={lease.duration!r}"
+                f"the lease {lease.key} lasts {lease.duration:g} s but the timing says "
+                f"{timing.lease_duration:g} s"
             )
-        if lease.max_call_seconds > lease.duration - renew_deadline:
-            log.warning(
-                "one call to the lease %s can block for %.1f s, longer than the %.1f s between "
-                "the renew deadline and the lease expiry: a stalled leader may act after its "
-                "lease expired (use lease_client() with a shorter timeout)",
-                lease.key,
-                lease.max_call_seconds,
-                lease.duration - renew_deadline,
-            )
+        renew_deadline = timing.renew_deadline
+        warn_if_calls_outlast_the_margin(lease, renew_deadline, "leader")
         self._lease = lease
         self._renew_deadline = renew_deadline
-        self._retry_period = retry_period
+        self._retry_period = timing.retry_period
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._clock: Clock = clock if clock is not None else MonotonicClock()
@@ -242,7 +233,7 @@ class LeaderElector:
                     self._release(status.epoch)
                 else:
                     self._lead(status.epoch, started)
-            jittered = self._retry_period * (1 + random.random() * _JITTER)
+            jittered = self._retry_period * (1 + random.random() * JITTER_FACTOR)
             self._sleep_until(self._clock.now() + jittered)
 
     def _lead(self, epoch: int, renewed_at: float) -> None:

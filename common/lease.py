@@ -41,25 +41,40 @@ from typing import Any, Final, Protocol
 import redis
 from redis.retry import Retry
 
+from common.redis_layout import lease_scripts
+
 __all__ = [
     "DEFAULT_LEASE_DURATION",
-    "DEFAULT_RENEW_DEADLINE",
-    "DEFAULT_RETRY_PERIOD",
     "Lease",
     "LeaseStatus",
     "RedisLease",
     "hash_tag",
     "unique_holder",
+    "warn_if_calls_outlast_the_margin",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_DURATION: Final = 15.0
 """client-go's LeaseDuration: how long a lease lives without renewal."""
-DEFAULT_RENEW_DEADLINE: Final = 10.0
-"""client-go's RenewDeadline: a leader that could not renew for this long stops leading."""
-DEFAULT_RETRY_PERIOD: Final = 2.0
-"""client-go's RetryPeriod: how often candidates try to acquire and leaders renew."""
+
+
+def warn_if_calls_outlast_the_margin(lease: Lease, renew_deadline: float, holder: str) -> None:
+    """Warn when one call on ``lease`` can block longer than ``duration - renew_deadline``.
+
+    That margin is what keeps a holder that gives up at its renew deadline from acting after
+    someone else could take the lease; a client whose call can outlast it (redis-py's defaults:
+    5 s timeouts, retries) breaks the promise, so every lease user checks it once, here.
+    ``holder`` names who would act late ("leader", "shard owner").
+    """
+    margin = lease.duration - renew_deadline
+    if lease.max_call_seconds > margin:
+        log.warning(
+            "one call to the lease %s can block for %.1f s, longer than the %.1f s between the "
+            "renew deadline and the lease expiry: a stalled %s may act after its lease expired "
+            "(use lease_client() with a shorter timeout)",
+            lease.key, lease.max_call_seconds, margin, holder,
+        )  # fmt: skip
 
 
 def hash_tag(key: str) -> str | None:
@@ -133,67 +148,6 @@ class Lease(Protocol):
     def release(self) -> bool:
         """Give the lease up if we hold it; ``True`` if it was ours."""
         ...
-
-
-# KEYS[1] lease hash {holder, epoch}, KEYS[2] epoch counter; ARGV[1] holder, ARGV[2] duration ms,
-# ARGV[3] the epoch the caller held last (0: none); a new epoch is always above it, even when
-# Redis lost the counter (restarted without persistence), so a lapsed holder always sees that
-# its lease changed hands. Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
-_ACQUIRE_OR_RENEW: Final = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0, holder, tonumber(ARGV[2])}
-end
-if holder then
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0, holder,
-          redis.call('PTTL', KEYS[1])}
-end
-local epoch = redis.call('INCR', KEYS[2])
-if epoch <= (tonumber(ARGV[3]) or 0) then
-  epoch = tonumber(ARGV[3]) + 1
-  redis.call('SET', KEYS[2], epoch)
-end
-redis.call('PERSIST', KEYS[2])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', epoch)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, epoch, ARGV[1], tonumber(ARGV[2])}
-"""
-
-# KEYS[1] lease hash; ARGV[1] holder, ARGV[2] duration ms, ARGV[3] the epoch we hold. Renews
-# only that very lease, never takes a free one: whoever owned the lapsed lease must stop before
-# a new ownership (and a new epoch) begins. Returns {held 0|1, epoch (0: none), holder ('':
-# none), ttl ms}.
-_RENEW: Final = """
-local lease = redis.call('HMGET', KEYS[1], 'holder', 'epoch')
-if lease[1] == ARGV[1] and tonumber(lease[2]) == tonumber(ARGV[3]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(lease[2]), lease[1], tonumber(ARGV[2])}
-end
-if lease[1] then
-  return {0, tonumber(lease[2]) or 0, lease[1], redis.call('PTTL', KEYS[1])}
-end
-return {0, 0, '', -2}
-"""
-
-# KEYS[1] lease hash; ARGV[1] holder. Returns 1 if the lease was ours and is now deleted.
-_RELEASE: Final = """
-if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-# KEYS[1] lease hash, KEYS[2] epoch counter. Returns {holder or '', epoch}: the lease's epoch
-# while held, else the last epoch issued (0 if none yet).
-_READ: Final = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
-if holder then
-  return {holder, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0}
-end
-return {'', tonumber(redis.call('GET', KEYS[2])) or 0}
-"""
 
 
 def _call_limits(client: redis.Redis) -> tuple[float | None, float | None, int]:
@@ -274,13 +228,13 @@ class RedisLease:
         self._holder = holder
         self._duration = float(duration)
         self._duration_ms = max(1, round(duration * 1000))
-        self._acquire = client.register_script(_ACQUIRE_OR_RENEW)
-        self._release = client.register_script(_RELEASE)
-        self._renew = client.register_script(_RENEW)
+        self._acquire = client.register_script(lease_scripts.ACQUIRE_OR_RENEW)
+        self._release = client.register_script(lease_scripts.RELEASE)
+        self._renew = client.register_script(lease_scripts.RENEW)
         # The epoch of our last successful acquire or renewal until we give the lease up: a
         # renewal that finds the lease gone (lapsed, or Redis lost it) gets a higher one.
         self._held_epoch = 0
-        self._read = client.register_script(_READ)
+        self._read = client.register_script(lease_scripts.READ)
 
     @property
     def key(self) -> str:

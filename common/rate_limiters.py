@@ -130,7 +130,30 @@ class RateLimiter(Protocol[T_contra]):
         ...
 
 
-class ItemExponentialFailureRateLimiter(Generic[T]):
+class _FailureCounts(Generic[T]):
+    """Failures recorded per item, behind one lock: what the per-item limiters share."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: dict[T, int] = {}
+
+    def _record_failure(self, item: T) -> int:
+        """Count one more failure of ``item``; returns how many it had before this one."""
+        with self._lock:
+            before = self._failures.get(item, 0)
+            self._failures[item] = before + 1
+        return before
+
+    def forget(self, item: T) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: T) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class ItemExponentialFailureRateLimiter(_FailureCounts[T]):
     """Per-item backoff ``base_delay * 2**failures``, capped at ``max_delay``.
 
     The failure count grows on every :meth:`when`, so the n-th retry of a key waits twice as long
@@ -141,15 +164,12 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
     def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
         if base_delay < 0 or max_delay < 0:
             raise ValueError("delays must not be negative")
+        super().__init__()
         self._base_delay = base_delay
         self._max_delay = max_delay
-        self._lock = threading.Lock()
-        self._failures: dict[T, int] = {}
 
     def when(self, item: T) -> float:
-        with self._lock:
-            exponent = self._failures.get(item, 0)
-            self._failures[item] = exponent + 1
+        exponent = self._record_failure(item)
         try:
             # ldexp scales by a power of two exactly; a huge exponent raises instead of
             # silently becoming inf, and we treat that as "past the cap".
@@ -158,16 +178,8 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
             return self._max_delay
         return min(backoff, self._max_delay)
 
-    def forget(self, item: T) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
 
-    def num_requeues(self, item: T) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
-
-
-class ItemFastSlowRateLimiter(Generic[T]):
+class ItemFastSlowRateLimiter(_FailureCounts[T]):
     """``fast_delay`` for the first ``max_fast_attempts`` failures of an item, then ``slow_delay``.
 
     For work that usually succeeds on a quick retry (a conflict, a cache not yet warm) but should
@@ -177,25 +189,14 @@ class ItemFastSlowRateLimiter(Generic[T]):
     def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
         if fast_delay < 0 or slow_delay < 0 or max_fast_attempts < 0:
             raise ValueError("delays and attempts must not be negative")
+        super().__init__()
         self._fast_delay = fast_delay
         self._slow_delay = slow_delay
         self._max_fast_attempts = max_fast_attempts
-        self._lock = threading.Lock()
-        self._failures: dict[T, int] = {}
 
     def when(self, item: T) -> float:
-        with self._lock:
-            failures = self._failures.get(item, 0) + 1
-            self._failures[item] = failures
+        failures = self._record_failure(item) + 1
         return self._fast_delay if failures <= self._max_fast_attempts else self._slow_delay
-
-    def forget(self, item: T) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
-
-    def num_requeues(self, item: T) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
 
 
 class BucketRateLimiter(Generic[T]):

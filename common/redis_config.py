@@ -34,7 +34,7 @@ import os
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -43,15 +43,15 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from common.settings import SettingsError
+from common.settings import LeaseTiming, RedisConnection, SettingsError
 
 __all__ = [
     "PASSWORD_ENV",
     "ClusterClient",
     "RedisAccessError",
-    "RedisTarget",
     "check_redis_access",
     "command_line_password_warning",
+    "connect",
     "connection_kwargs",
     "describe_redis_error",
     "is_cluster",
@@ -68,28 +68,6 @@ PASSWORD_ENV: Final = "INFORMER_BUS_REDIS_PASSWORD"
 """The environment variable that may hold the Redis password (there is deliberately no flag)."""
 
 _SCHEMES: Final = ("redis", "rediss", "unix")
-
-
-class RedisTarget(Protocol):
-    """The settings that say where Redis is and how to log in (``ServiceSettings`` has them)."""
-
-    @property
-    def redis_url(self) -> str: ...
-
-    @property
-    def redis_username(self) -> str | None: ...
-
-    @property
-    def redis_password_file(self) -> str | None: ...
-
-    @property
-    def redis_tls_ca_file(self) -> str | None: ...
-
-    @property
-    def redis_tls_cert_file(self) -> str | None: ...
-
-    @property
-    def redis_tls_key_file(self) -> str | None: ...
 
 
 class RedisAccessError(ValueError):
@@ -119,13 +97,13 @@ def _url_credentials(url: str) -> tuple[str | None, str | None]:
     return (unquote(user) if user else None), (unquote(password) if password else None)
 
 
-def redis_password(target: RedisTarget, environ: Mapping[str, str] | None = None) -> str | None:
+def redis_password(target: RedisConnection, environ: Mapping[str, str] | None = None) -> str | None:
     """The password from ``--redis-password-file``, else ``INFORMER_BUS_REDIS_PASSWORD``, else
     ``None`` (a password in the URL is left to redis-py). One trailing newline of the file is
     dropped, since editors and ``echo`` add one."""
     env = os.environ if environ is None else environ
-    if target.redis_password_file:
-        path = Path(target.redis_password_file)
+    if target.password_file:
+        path = Path(target.password_file)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -146,16 +124,16 @@ def _readable_file(flag: str, value: str) -> str:
 
 
 def connection_kwargs(
-    target: RedisTarget, environ: Mapping[str, str] | None = None
+    target: RedisConnection, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments for ``redis.Redis.from_url(target.redis_url, **kwargs)``: the ACL user,
+    """Keyword arguments for ``redis.Redis.from_url(target.url, **kwargs)``: the ACL user,
     the password and the TLS files, checked; raises :class:`SettingsError` (one line) for a
     contradiction (TLS files with ``redis://``, two different passwords) or an unreadable file.
 
     Only what is set is returned, so a password in the URL keeps working; redis-py lets URL
     values win over keyword arguments, which is why two different values are refused here.
     """
-    url = target.redis_url
+    url = target.url
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in _SCHEMES:
         raise SettingsError(
@@ -171,45 +149,41 @@ def connection_kwargs(
                 f"--redis-password-file/{PASSWORD_ENV}; keep only the file or the variable"
             )
         kwargs["password"] = password
-    if target.redis_username:
-        if url_user is not None and url_user != target.redis_username:
+    if target.username:
+        if url_user is not None and url_user != target.username:
             raise SettingsError(
                 f"two different Redis users: {url_user!r} in --redis-url and "
-                f"{target.redis_username!r} from --redis-username"
+                f"{target.username!r} from --redis-username"
             )
-        kwargs["username"] = target.redis_username
+        kwargs["username"] = target.username
     tls_files = {
-        "--redis-tls-ca-file": target.redis_tls_ca_file,
-        "--redis-tls-cert-file": target.redis_tls_cert_file,
-        "--redis-tls-key-file": target.redis_tls_key_file,
+        "--redis-tls-ca-file": target.tls_ca_file,
+        "--redis-tls-cert-file": target.tls_cert_file,
+        "--redis-tls-key-file": target.tls_key_file,
     }
     given = {flag: value for flag, value in tls_files.items() if value}
     if given and scheme != "rediss":
         raise SettingsError(
             f"{', '.join(given)} given but --redis-url is {scheme}://: use rediss:// for TLS"
         )
-    if target.redis_tls_key_file and not target.redis_tls_cert_file:
+    if target.tls_key_file and not target.tls_cert_file:
         raise SettingsError("--redis-tls-key-file needs --redis-tls-cert-file")
     if scheme == "rediss":
         # redis-py's defaults, stated so that nobody weakens them by accident elsewhere.
         kwargs.update(ssl_cert_reqs="required", ssl_check_hostname=True)
-        if target.redis_tls_ca_file:
-            kwargs["ssl_ca_certs"] = _readable_file("--redis-tls-ca-file", target.redis_tls_ca_file)
-        if target.redis_tls_cert_file:
-            kwargs["ssl_certfile"] = _readable_file(
-                "--redis-tls-cert-file", target.redis_tls_cert_file
-            )
-        if target.redis_tls_key_file:
-            kwargs["ssl_keyfile"] = _readable_file(
-                "--redis-tls-key-file", target.redis_tls_key_file
-            )
+        if target.tls_ca_file:
+            kwargs["ssl_ca_certs"] = _readable_file("--redis-tls-ca-file", target.tls_ca_file)
+        if target.tls_cert_file:
+            kwargs["ssl_certfile"] = _readable_file("--redis-tls-cert-file", target.tls_cert_file)
+        if target.tls_key_file:
+            kwargs["ssl_keyfile"] = _readable_file("--redis-tls-key-file", target.tls_key_file)
     return kwargs
 
 
-def redis_secrets(target: RedisTarget, environ: Mapping[str, str] | None = None) -> list[str]:
+def redis_secrets(target: RedisConnection, environ: Mapping[str, str] | None = None) -> list[str]:
     """Every Redis password these settings could send (URL, file, environment), for the log
     redactor; an unreadable password file contributes nothing (its error names only the path)."""
-    secrets = [password for password in (_url_credentials(target.redis_url)[1],) if password]
+    secrets = [password for password in (_url_credentials(target.url)[1],) if password]
     try:
         password = redis_password(target, environ)
     except SettingsError:
@@ -277,13 +251,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 def check_redis_access(
-    target: RedisTarget, environ: Mapping[str, str] | None = None, *, timeout: float = 5.0
+    target: RedisConnection, environ: Mapping[str, str] | None = None, *, timeout: float = 5.0
 ) -> None:
     """PING Redis once with the configured credentials and TLS; raises
     :class:`RedisAccessError` for a failure a person must fix (see
     :func:`describe_redis_error`). An unreachable Redis passes: services retry until it is up."""
     client = redis.Redis.from_url(
-        target.redis_url,
+        target.url,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
@@ -292,9 +266,9 @@ def check_redis_access(
     try:
         client.ping()
     except redis.RedisError as exc:
-        cause = describe_redis_error(exc, client_cert=bool(target.redis_tls_cert_file))
+        cause = describe_redis_error(exc, client_cert=bool(target.tls_cert_file))
         if cause is not None:
-            raise RedisAccessError(f"{cause} [{redacted_url(target.redis_url)}]") from None
+            raise RedisAccessError(f"{cause} [{redacted_url(target.url)}]") from None
     finally:
         client.close()
 
@@ -347,6 +321,16 @@ def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Red
     return cluster_client  # type: ignore[return-value]  # same command API, see the docstring
 
 
+def connect(
+    target: RedisConnection, environ: Mapping[str, str] | None = None, **kwargs: Any
+) -> redis.Redis:
+    """A client for ``target`` (URL, credentials, TLS, Cluster mode), checked as
+    :func:`connection_kwargs` checks it; ``kwargs`` (timeouts, ...) go to :func:`redis_client`."""
+    return redis_client(
+        target.url, cluster=target.cluster, **connection_kwargs(target, environ), **kwargs
+    )
+
+
 def is_cluster(client: object) -> bool:
     """Whether ``client`` talks to a Redis Cluster (a :func:`redis_client` with ``cluster``)."""
     return isinstance(client, RedisCluster)
@@ -364,16 +348,12 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return node
 
 
-def lease_client_for(
-    url: str, *, lease_duration: float, renew_deadline: float, **kwargs: Any
-) -> redis.Redis:
+def lease_client_for(url: str, *, timing: LeaseTiming, **kwargs: Any) -> redis.Redis:
     """A :func:`lease_client` whose calls always end between the renew deadline and the lease
     expiry (a call takes up to about ``2 * timeout``), so a holder that gives up at its
     deadline never still writes after someone else could have taken the lease. ``kwargs``
     (credentials, TLS: ``connection_kwargs``) go to :func:`lease_client`."""
-    margin = lease_duration - renew_deadline
-    if not margin > 0:
-        raise ValueError("renew_deadline must be shorter than lease_duration")
+    margin = timing.lease_duration - timing.renew_deadline  # > 0: LeaseTiming's rule
     return lease_client(url, timeout=min(2.0, margin / 2.5), **kwargs)
 
 

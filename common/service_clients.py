@@ -10,26 +10,23 @@ from __future__ import annotations
 
 import redis
 
-from common.redis_config import connection_kwargs, lease_client_for, redis_client
-from common.settings import ServiceSettings
+from common.redis_config import connect, connection_kwargs, lease_client_for
+from common.settings import LeaseTiming, RedisConnection
 
 __all__ = ["service_clients"]
 
 
 def service_clients(
-    settings: ServiceSettings, *, lease_duration: float, renew_deadline: float
+    redis_connection: RedisConnection, lease: LeaseTiming
 ) -> tuple[redis.Redis, redis.Redis]:
-    """``(command client, lease client)`` for a service configured by ``settings``."""
-    connection = connection_kwargs(settings)
-    commands = redis_client(
-        settings.redis_url, cluster=settings.redis_cluster, socket_timeout=30,
-        socket_connect_timeout=5, health_check_interval=15, **connection,
-    )  # fmt: skip
+    """``(command client, lease client)`` for a service with these settings."""
+    commands = connect(
+        redis_connection, socket_timeout=30, socket_connect_timeout=5, health_check_interval=15
+    )
     leases = lease_client_for(
-        settings.redis_url,
-        lease_duration=lease_duration,
-        renew_deadline=renew_deadline,
-        cluster=settings.redis_cluster,
-        **connection,
+        redis_connection.url,
+        timing=lease,
+        cluster=redis_connection.cluster,
+        **connection_kwargs(redis_connection),
     )
     return commands, leases

@@ -6,6 +6,12 @@ Python API and ``--help`` can never disagree: ``redis_url`` is ``--redis-url`` a
 ``INFORMER_BUS_REDIS_URL``. Each field documents itself through ``metadata={"help": ...}``.
 Supported field types: ``bool``, ``int``, ``float``, ``str``, their ``X | None`` forms, and
 ``tuple[str, ...]`` (a repeatable flag; comma-separated in the environment).
+
+Settings that belong together, and are the same for every service and tool, are small
+dataclasses of their own held as one field (:func:`grouped`): :class:`RedisConnection`,
+:class:`LeaseTiming`, :class:`MembershipTiming`. Each checks its own rules, so a rule is
+written once however many services use it; their flags stay flat (``--redis-url``,
+``--lease-duration``) and ``--help`` lists them under the group's heading.
 """
 
 from __future__ import annotations
@@ -16,18 +22,25 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, TypeVar
 
 __all__ = [
+    "JITTER_FACTOR",
+    "LeaseTiming",
+    "MembershipTiming",
+    "RedisConnection",
     "ServiceSettings",
     "SettingsError",
     "add_flags",
     "check_key_prefix",
     "env_name",
     "flag_name",
+    "grouped",
     "load_settings",
+    "require_positive",
     "settings_from_args",
+    "settings_of",
 ]
 
 S = TypeVar("S")
@@ -37,6 +50,149 @@ class SettingsError(ValueError):
     """A setting with an unusable value; the message is one line meant for a human."""
 
 
+def require_positive(settings: object, *names: str) -> None:
+    """Raise :class:`SettingsError` for the first of ``names`` whose value is not above 0."""
+    for name in names:
+        value = getattr(settings, name)
+        if not value > 0:
+            raise SettingsError(f"{name} must be > 0, got {value:g}")
+
+
+JITTER_FACTOR: Final = 1.2
+"""client-go's JitterFactor: a candidate waits up to ``retry_period * (1 + 1.2)`` between tries,
+which is why ``retry_period * 1.2`` must stay below the renew deadline (:class:`LeaseTiming`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisConnection:
+    """Where Redis is and how to log in: the same ``--redis-*`` flags for every service and tool.
+
+    Only the values are checked here; :func:`common.redis_config.connection_kwargs` checks how
+    they combine (TLS files need ``rediss://``, one password) when a client is built.
+    """
+
+    url: str = dataclasses.field(
+        default="redis://127.0.0.1:6379/0",
+        metadata={
+            "help": "Redis holding the shard streams (redis:// or rediss://)",
+            "metavar": "URL",
+        },
+    )
+    username: str | None = dataclasses.field(
+        default=None, metadata={"help": "Redis ACL user to log in as", "metavar": "NAME"}
+    )
+    password_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "file holding the Redis password (or set INFORMER_BUS_REDIS_PASSWORD;"
+                  " never put a password on the command line, where ps shows it)",
+                  "metavar": "PATH"},
+    )  # fmt: skip
+    tls_ca_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "CA certificates (PEM) that verify the Redis server with rediss:// "
+                  "(default: the system's)", "metavar": "PATH"},
+    )  # fmt: skip
+    tls_cert_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "client certificate (PEM) for a Redis that requires one (rediss://)",
+                  "metavar": "PATH"},
+    )  # fmt: skip
+    tls_key_file: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "private key (PEM) of --redis-tls-cert-file", "metavar": "PATH"},
+    )
+    cluster: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "Redis is a Redis Cluster: --redis-url names any one of its nodes, "
+                  "the others are discovered (shards spread over the primaries)"},
+    )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseTiming:
+    """client-go's leader-election timing, for every lease informer-bus holds.
+
+    A holder renews every ``retry_period``, gives up after failing to renew for
+    ``renew_deadline``, and the lease lapses ``lease_duration`` after its last renewal. The rule
+    ``0 < retry_period * 1.2 < renew_deadline < lease_duration`` is client-go's: a jittered
+    retry still fits before the deadline, and a holder that gives up at its deadline stops
+    before anyone else can take the lease. It is checked here and nowhere else.
+    """
+
+    lease_duration: float = dataclasses.field(
+        default=15.0, metadata={"help": "a lease not renewed this long lapses, seconds"}
+    )
+    renew_deadline: float = dataclasses.field(
+        default=10.0, metadata={"help": "give a lease up after failing to renew it this long"}
+    )
+    retry_period: float = dataclasses.field(
+        default=2.0, metadata={"help": "how often holders renew and candidates retry, seconds"}
+    )
+
+    def __post_init__(self) -> None:
+        require_positive(self, "lease_duration", "renew_deadline", "retry_period")
+        if not self.renew_deadline < self.lease_duration:
+            raise SettingsError(
+                "renew_deadline must be shorter than lease_duration, got "
+                f"{self.renew_deadline:g} and {self.lease_duration:g}"
+            )
+        if not self.retry_period * JITTER_FACTOR < self.renew_deadline:
+            raise SettingsError(
+                "retry_period must be shorter than renew_deadline / 1.2 (a jittered retry must "
+                f"fit before the deadline), got {self.retry_period:g} and {self.renew_deadline:g}"
+            )
+
+    @classmethod
+    def scaled(cls, lease_duration: float) -> LeaseTiming:
+        """``lease_duration`` with client-go's proportions (15 s lease, 10 s deadline, 2 s
+        retry), for a shorter or longer lease that keeps the same safety margins."""
+        return cls(lease_duration, lease_duration * 2 / 3, lease_duration * 2 / 15)
+
+    def flags(self) -> list[str]:
+        """These timings as the command-line flags of a service (for a supervisor's children)."""
+        return [
+            "--lease-duration", f"{self.lease_duration:g}",
+            "--renew-deadline", f"{self.renew_deadline:g}",
+            "--retry-period", f"{self.retry_period:g}",
+        ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class MembershipTiming:
+    """How processors tell each other they are alive: a heartbeat every ``heartbeat_interval``;
+    a member whose last heartbeat is ``member_ttl`` old is gone. ``status`` needs the same TTL
+    to turn heartbeat deadlines into ages, so it is one setting for both."""
+
+    heartbeat_interval: float = dataclasses.field(
+        default=1.0, metadata={"help": "membership heartbeat, s"}
+    )
+    member_ttl: float = dataclasses.field(
+        default=5.0, metadata={"help": "a member missing heartbeats this long is gone, s"}
+    )
+
+    def __post_init__(self) -> None:
+        require_positive(self, "heartbeat_interval", "member_ttl")
+        if not self.heartbeat_interval < self.member_ttl:
+            raise SettingsError(
+                "heartbeat_interval must be shorter than member_ttl, got "
+                f"{self.heartbeat_interval:g} and {self.member_ttl:g}"
+            )
+
+
+def grouped(
+    title: str, *, flag_prefix: str = "", helps: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The metadata of a settings field holding a group (:class:`RedisConnection`, ...):
+    ``field(default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_"))``.
+
+    The group's fields become flags and env vars of their own, named ``flag_prefix`` + field
+    name (``redis_`` + ``url`` is ``--redis-url``, ``INFORMER_BUS_REDIS_URL``), listed under
+    ``title`` in ``--help``; ``helps`` rewords a field's help for this service (a reflector's
+    lease is a leader lease).
+    """
+    return {"group_title": title, "flag_prefix": flag_prefix, "help_overrides": helps or {}}
+
+
 @dataclasses.dataclass(frozen=True)
 class ServiceSettings:
     """What every informer-bus service shares: where Redis is, the key layout, probes, logs.
@@ -44,41 +200,9 @@ class ServiceSettings:
     Services subclass it (their own fields follow these) and call ``super().__post_init__()``.
     """
 
-    redis_url: str = dataclasses.field(
-        default="redis://127.0.0.1:6379/0",
-        metadata={
-            "help": "Redis holding the shard streams (redis:// or rediss://)",
-            "metavar": "URL",
-        },
+    redis: RedisConnection = dataclasses.field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
     )
-    redis_username: str | None = dataclasses.field(
-        default=None, metadata={"help": "Redis ACL user to log in as", "metavar": "NAME"}
-    )
-    redis_password_file: str | None = dataclasses.field(
-        default=None,
-        metadata={"help": "file holding the Redis password (or set INFORMER_BUS_REDIS_PASSWORD;"
-                  " never put a password on the command line, where ps shows it)",
-                  "metavar": "PATH"},
-    )  # fmt: skip
-    redis_tls_ca_file: str | None = dataclasses.field(
-        default=None,
-        metadata={"help": "CA certificates (PEM) that verify the Redis server with rediss:// "
-                  "(default: the system's)", "metavar": "PATH"},
-    )  # fmt: skip
-    redis_tls_cert_file: str | None = dataclasses.field(
-        default=None,
-        metadata={"help": "client certificate (PEM) for a Redis that requires one (rediss://)",
-                  "metavar": "PATH"},
-    )  # fmt: skip
-    redis_tls_key_file: str | None = dataclasses.field(
-        default=None,
-        metadata={"help": "private key (PEM) of --redis-tls-cert-file", "metavar": "PATH"},
-    )
-    redis_cluster: bool = dataclasses.field(
-        default=False,
-        metadata={"help": "Redis is a Redis Cluster: --redis-url names any one of its nodes, "
-                  "the others are discovered (shards spread over the primaries)"},
-    )  # fmt: skip
     prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
     shard_count: int = dataclasses.field(
         default=16,
@@ -120,9 +244,47 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def _field_kind(cls: type[Any], field: dataclasses.Field[Any]) -> tuple[type[Any], bool]:
-    """The scalar type of a field and whether it is a repeatable tuple."""
-    hint = typing.get_type_hints(cls)[field.name]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Setting:
+    """One flag / env var: a field of the settings class or of one of its groups."""
+
+    name: str
+    """The flag's field name (``redis_url``): unique across the class and its groups."""
+    field: dataclasses.Field[Any]
+    owner: type[Any]
+    """The dataclass declaring :attr:`field` (the settings class, or a group's class)."""
+    group: str | None
+    """The settings field holding the group, ``None`` for a field of the class itself."""
+    help: str
+
+
+def _settings(cls: type[Any]) -> Iterator[_Setting]:
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            prefix = str(field.metadata.get("flag_prefix", ""))
+            overrides: Mapping[str, str] = field.metadata.get("help_overrides", {})
+            for inner in dataclasses.fields(kind):
+                text = overrides.get(inner.name, str(inner.metadata.get("help", "")))
+                yield _Setting(prefix + inner.name, inner, kind, field.name, text)
+        else:
+            yield _Setting(field.name, field, cls, None, str(field.metadata.get("help", "")))
+
+
+def _groups(cls: type[Any]) -> dict[str, tuple[type[Any], str]]:
+    """Group field name -> (its class, its ``--help`` title)."""
+    hints = typing.get_type_hints(cls)
+    return {
+        field.name: (hints[field.name], str(field.metadata.get("group_title", field.name)))
+        for field in dataclasses.fields(cls)
+        if isinstance(hints[field.name], type) and dataclasses.is_dataclass(hints[field.name])
+    }
+
+
+def _field_kind(setting: _Setting) -> tuple[type[Any], bool]:
+    """The scalar type of a setting and whether it is a repeatable tuple."""
+    hint = typing.get_type_hints(setting.owner)[setting.field.name]
     origin = typing.get_origin(hint)
     if origin is tuple:
         return str, True
@@ -132,7 +294,7 @@ def _field_kind(cls: type[Any], field: dataclasses.Field[Any]) -> tuple[type[Any
             return args[0], False
     if isinstance(hint, type):
         return hint, False
-    raise TypeError(f"unsupported settings field type {hint!r} for {field.name}")
+    raise TypeError(f"unsupported settings field type {hint!r} for {setting.name}")
 
 
 def _parse_scalar(kind: type[Any], raw: str, source: str) -> Any:
@@ -161,23 +323,37 @@ def load_settings(
 ) -> S:
     """Defaults, then env vars, then ``overrides`` whose value is not ``None``.
 
-    Validation lives in the dataclass's ``__post_init__``, which should raise
-    :class:`SettingsError`; a ``TypeError``/``ValueError`` from construction is turned into one.
+    ``overrides`` are named like the flags (``redis_url=``, ``lease_duration=``); a whole group
+    may be given too (``redis=RedisConnection(...)``), replacing its flags. Validation lives in
+    the dataclasses' ``__post_init__``, which should raise :class:`SettingsError`; a
+    ``TypeError``/``ValueError`` from construction is turned into one.
     """
     env = os.environ if environ is None else environ
+    groups = _groups(cls)
     values: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        source = env_name(env_prefix, field.name)
+    grouped: dict[str, dict[str, Any]] = {name: {} for name in groups}
+    known = set(groups)
+    for setting in _settings(cls):
+        known.add(setting.name)
+        into = values if setting.group is None else grouped[setting.group]
+        source = env_name(env_prefix, setting.name)
         raw = env.get(source)
-        if raw is None or raw == "":
-            continue
-        kind, repeated = _field_kind(cls, field)
-        if repeated:
-            values[field.name] = tuple(part.strip() for part in raw.split(",") if part.strip())
-        else:
-            values[field.name] = _parse_scalar(kind, raw, source)
-    values.update({name: value for name, value in overrides.items() if value is not None})
+        if raw is not None and raw != "":
+            kind, repeated = _field_kind(setting)
+            if repeated:
+                into[setting.field.name] = tuple(p.strip() for p in raw.split(",") if p.strip())
+            else:
+                into[setting.field.name] = _parse_scalar(kind, raw, source)
+        override = overrides.get(setting.name)
+        if override is not None:
+            into[setting.field.name] = override
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}")
     try:
+        for name, (group_cls, _) in groups.items():
+            given = overrides.get(name)
+            values[name] = given if given is not None else group_cls(**grouped[name])
         return cls(**values)
     except SettingsError:
         raise
@@ -185,10 +361,21 @@ def load_settings(
         raise SettingsError(str(exc)) from None
 
 
+def settings_of(cls: type[S], **values: Any) -> S:
+    """Settings from flag-named ``values`` and defaults only, never the environment: for code
+    and tests that build settings themselves (``settings_of(ReflectorSettings, redis_url=...,
+    lease_duration=2.0)``) and must not pick up an operator's ``INFORMER_BUS_*`` variables."""
+    return load_settings(cls, "", environ={}, **values)
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) -> None:
-    """One flag per field, its help showing the default and the env var."""
-    for field in dataclasses.fields(cls):
-        kind, repeated = _field_kind(cls, field)
+    """One flag per setting, its help showing the default and the env var; a group's flags
+    under its own heading in ``--help``."""
+    headings = {name: parser.add_argument_group(title) for name, (_, title) in _groups(cls).items()}
+    for setting in _settings(cls):
+        field = setting.field
+        target: Any = parser if setting.group is None else headings[setting.group]
+        kind, repeated = _field_kind(setting)
         default = field.default if field.default is not dataclasses.MISSING else None
         if field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
@@ -198,42 +385,38 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) 
             shown = ", ".join(default) if default else "none"
         else:
             shown = default
-        text = str(field.metadata.get("help", ""))
-        full_help = f"{text} (default: {shown}; env {env_name(env_prefix, field.name)})"
+        full_help = f"{setting.help} (default: {shown}; env {env_name(env_prefix, setting.name)})"
+        metavar = str(field.metadata.get("metavar", setting.name.split("_")[-1].upper()))
+        flag = flag_name(setting.name)
         if kind is bool:
-            parser.add_argument(
-                flag_name(field.name),
-                dest=field.name,
+            target.add_argument(
+                flag,
+                dest=setting.name,
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 help=full_help,
             )
         elif repeated:
-            parser.add_argument(
-                flag_name(field.name),
-                dest=field.name,
+            target.add_argument(
+                flag,
+                dest=setting.name,
                 action="append",
                 default=None,
-                metavar=str(field.metadata.get("metavar", field.name.split("_")[-1].upper())),
+                metavar=metavar,
                 help=full_help + "; repeatable",
             )
         else:
-            parser.add_argument(
-                flag_name(field.name),
-                dest=field.name,
-                type=kind,
-                default=None,
-                metavar=str(field.metadata.get("metavar", field.name.split("_")[-1].upper())),
-                help=full_help,
+            target.add_argument(
+                flag, dest=setting.name, type=kind, default=None, metavar=metavar, help=full_help
             )
 
 
 def settings_from_args(cls: type[S], env_prefix: str, args: argparse.Namespace) -> S:
     """The settings for a parsed command line: flags over env vars over defaults."""
     overrides: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        value = getattr(args, field.name, None)
+    for setting in _settings(cls):
+        value = getattr(args, setting.name, None)
         if isinstance(value, list):
             value = tuple(value)
-        overrides[field.name] = value
+        overrides[setting.name] = value
     return load_settings(cls, env_prefix, **overrides)

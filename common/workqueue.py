@@ -39,7 +39,7 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from types import TracebackType
-from typing import Generic, Protocol, Self, TypeVar
+from typing import Final, Generic, Protocol, Self, TypeVar
 
 from common.rate_limiters import Clock, MonotonicClock, RateLimiter, default_controller_rate_limiter
 
@@ -168,29 +168,20 @@ class _NoopMetric:
         pass
 
 
+_NOOP_METRIC: Final = _NoopMetric()
+
+
+def _noop_metric(provider: object, name: str) -> _NoopMetric:
+    return _NOOP_METRIC
+
+
 class NoopMetricsProvider:
     """Reports nothing. Queues given this provider skip metric bookkeeping entirely."""
 
-    def new_depth_metric(self, name: str) -> GaugeMetric:
-        return _NoopMetric()
-
-    def new_adds_metric(self, name: str) -> CounterMetric:
-        return _NoopMetric()
-
-    def new_latency_metric(self, name: str) -> HistogramMetric:
-        return _NoopMetric()
-
-    def new_work_duration_metric(self, name: str) -> HistogramMetric:
-        return _NoopMetric()
-
-    def new_unfinished_work_seconds_metric(self, name: str) -> SettableGaugeMetric:
-        return _NoopMetric()
-
-    def new_longest_running_processor_seconds_metric(self, name: str) -> SettableGaugeMetric:
-        return _NoopMetric()
-
-    def new_retries_metric(self, name: str) -> CounterMetric:
-        return _NoopMetric()
+    # One metric that does nothing serves as every kind (it has inc, dec, set and observe).
+    new_depth_metric = new_adds_metric = new_latency_metric = _noop_metric
+    new_work_duration_metric = new_unfinished_work_seconds_metric = _noop_metric
+    new_longest_running_processor_seconds_metric = new_retries_metric = _noop_metric
 
 
 def _reports_metrics(name: str, provider: MetricsProvider | None) -> bool:

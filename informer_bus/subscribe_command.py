@@ -24,10 +24,12 @@ from common.deltas import DeltaType
 from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
 from common.service_runner import fail
 from common.settings import (
+    RedisConnection,
     ServiceSettings,
     SettingsError,
     add_flags,
     check_key_prefix,
+    grouped,
     settings_from_args,
 )
 from informer_bus.subcommand import Subcommand
@@ -68,13 +70,9 @@ def _service_field(name: str) -> Any:
 class SubscribeSettings:
     """Where the bus is: the services' ``--redis-url`` and ``--prefix`` (same env vars)."""
 
-    redis_url: str = _service_field("redis_url")
-    redis_username: str | None = _service_field("redis_username")
-    redis_password_file: str | None = _service_field("redis_password_file")
-    redis_tls_ca_file: str | None = _service_field("redis_tls_ca_file")
-    redis_tls_cert_file: str | None = _service_field("redis_tls_cert_file")
-    redis_tls_key_file: str | None = _service_field("redis_tls_key_file")
-    redis_cluster: bool = _service_field("redis_cluster")
+    redis: RedisConnection = dataclasses.field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
     prefix: str = _service_field("prefix")
 
     def __post_init__(self) -> None:
@@ -277,13 +275,13 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
     reader_gone = _ReaderGone(sys.stdout)
     try:
         settings = settings_from_args(SubscribeSettings, ENV_PREFIX, args)
-        connection = connection_kwargs(settings)
+        connection = connection_kwargs(settings.redis)
         options = _options(args)
     except (SettingsError, SubscribeError) as exc:
         return fail(PROGRAM, str(exc))
     try:
         subscription = subscribe(
-            settings.redis_url,
+            settings.redis.url,
             args.resource,
             start=options.start,
             types=options.types,
@@ -293,7 +291,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             stop=reader_gone,
             on_undecodable=_warn_undecodable,
             connection=connection,
-            cluster=settings.redis_cluster,
+            cluster=settings.redis.cluster,
             wait=args.wait,
             on_waiting=_say_waiting,
         )
@@ -301,7 +299,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
-        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis_url)}: {reason}")
+        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis.url)}: {reason}")
     with subscription:
         try:
             _print_deltas(itertools.islice(subscription, options.count), options.output)

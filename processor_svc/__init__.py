@@ -1,4 +1,5 @@
 """The processors: consume shard streams into indexed stores and run user handlers.
 
-Horizontally scaled, one owner per shard (built in a later issue).
+Horizontally scaled: each shard is owned by one processor at a time (a fenced lease), which
+applies its deltas in order to the shard's store and fans them out to handlers and controllers.
 """

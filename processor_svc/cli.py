@@ -51,15 +51,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
         redactor = configure_logging(
-            settings.log_level, settings.log_json, redact=redis_secrets(settings)
+            settings.log_level, settings.log_json, redact=redis_secrets(settings.redis)
         )
         name_failures_in_logs(
-            redactor, {redis.RedisError: f"Redis {redacted_url(settings.redis_url)}"}
+            redactor, {redis.RedisError: f"Redis {redacted_url(settings.redis.url)}"}
         )
         warning = command_line_password_warning(args.redis_url)
         if warning is not None:
             logging.getLogger(__name__).warning(warning)
-        check_redis_access(settings)  # wrong credentials or TLS: one line and exit 2, no retries
+        check_redis_access(
+            settings.redis
+        )  # wrong credentials or TLS: one line and exit 2, no retries
         service = ProcessorService(settings)
     except (SettingsError, PluginError, ValueError) as exc:
         return fail(PROGRAM, str(exc))

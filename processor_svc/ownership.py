@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 import redis
 
-from common.lease import LeaseStatus, RedisLease
+from common.lease import LeaseStatus, RedisLease, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
-from common.redis_layout import ResourceKeys
+from common.redis_layout import LEASE_HOLDER, ResourceKeys
+from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.membership import Membership, decode_members
@@ -52,8 +53,6 @@ from processor_svc.membership import Membership, decode_members
 __all__ = ["ShardOwnership"]
 
 log = logging.getLogger(__name__)
-
-_JITTER_RULE = 1.2  # the same relation LeaderElector enforces (client-go's JitterFactor)
 
 
 @dataclass(slots=True)
@@ -106,9 +105,9 @@ class ShardOwnership:
     bounded call times are what make the renew deadline come before the lease expiry, and
     :class:`~common.lease.RedisLease` refuses a client without socket timeouts.
 
-    Raises ``ValueError`` unless ``shard_count >= 1``, ``0 < heartbeat_interval < member_ttl``
-    and ``0 < retry_period * 1.2 < renew_deadline < lease_duration`` (client-go's rule, as in
-    ``LeaderElector``). ``clock`` measures deadlines and waits; Redis measures the leases and
+    ``timing`` and ``membership`` (:mod:`common.settings`, which check their own rules) give the
+    lease and heartbeat periods; raises ``ValueError`` unless ``shard_count >= 1``.
+    ``clock`` measures deadlines and waits; Redis measures the leases and
     member deadlines. Repeated Redis failures are logged at most once per ``log_interval`` s.
 
     Counters: ``acquisitions`` (leases newly taken), ``losses`` (``on_lost`` calls) and
@@ -126,33 +125,21 @@ class ShardOwnership:
         on_acquired: Callable[[int, int], None],
         on_lost: Callable[[int], None],
         on_losing: Callable[[Sequence[int]], None] | None = None,
-        heartbeat_interval: float = 1.0,
-        member_ttl: float = 3.0,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        timing: LeaseTiming | None = None,
+        membership: MembershipTiming | None = None,
         clock: Clock | None = None,
         log_interval: float = 30.0,
     ) -> None:
         if type(shard_count) is not int or shard_count < 1:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
-        if not 0 < heartbeat_interval < member_ttl:
-            raise ValueError(
-                "need 0 < heartbeat_interval < member_ttl, got "
-                f"heartbeat_interval={heartbeat_interval!r}, member_ttl={member_ttl!r}"
-            )
-        if not 0 < retry_period * _JITTER_RULE < renew_deadline < lease_duration:
-            raise ValueError(
-                "need 0 < retry_period * 1.2 < renew_deadline < lease_duration, got "
-                f"retry_period={retry_period!r}, renew_deadline={renew_deadline!r}, "
-                f"lease_duration={lease_duration!r}"
-            )
+        timing = timing if timing is not None else LeaseTiming()
+        membership = membership if membership is not None else MembershipTiming()
         keys = ResourceKeys(prefix, resource)
         self._resource = resource
         self._member_id = member_id
         self._shard_count = shard_count
         self._membership = Membership(
-            client, prefix=prefix, resource=resource, member_id=member_id, ttl=member_ttl
+            client, prefix=prefix, resource=resource, member_id=member_id, ttl=membership.member_ttl
         )
         self._leases = [
             RedisLease(
@@ -160,26 +147,18 @@ class ShardOwnership:
                 key=keys.shard(shard).lease,
                 epoch_key=keys.shard(shard).lease_epoch,
                 holder=member_id,
-                duration=lease_duration,
+                duration=timing.lease_duration,
             )
             for shard in range(shard_count)
         ]
-        margin = lease_duration - renew_deadline
-        if self._leases[0].max_call_seconds > margin:
-            log.warning(
-                "one Redis call can block for %.1f s, longer than the %.1f s between the renew "
-                "deadline and the lease expiry: a stalled owner may still apply a shard after "
-                "its lease expired (use lease_client() with a shorter timeout)",
-                self._leases[0].max_call_seconds,
-                margin,
-            )
+        warn_if_calls_outlast_the_margin(self._leases[0], timing.renew_deadline, "shard owner")
         self._client = client
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self._on_losing = on_losing
-        self._heartbeat_interval = heartbeat_interval
-        self._renew_deadline = renew_deadline
-        self._retry_period = retry_period
+        self._heartbeat_interval = membership.heartbeat_interval
+        self._renew_deadline = timing.renew_deadline
+        self._retry_period = timing.retry_period
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._errors = ThrottledLog(log, self._clock, log_interval)
         self._extra: dict[str, object] = {"resource": resource, "member": member_id}
@@ -358,7 +337,7 @@ class ShardOwnership:
             with self._client.pipeline(transaction=False) as pipe:
                 self._membership.queue_heartbeat(pipe)
                 for lease in self._leases:
-                    pipe.hget(lease.key, "holder")
+                    pipe.hget(lease.key, LEASE_HOLDER)
                 replies = pipe.execute()
         except Exception as error:  # Redis unreachable or failing: the deadlines decide
             self._errors.failure("heartbeat and lease read failed", error, self._extra)

@@ -88,9 +88,7 @@ class ProcessorService:
         self.member_id = unique_holder(settings.member_id)
         # Blocking stream reads get their own connections inside the workers (socket timeout
         # above the BLOCK time); this client serves the short commands.
-        self.redis, self.lease_redis = service_clients(
-            settings, lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline
-        )
+        self.redis, self.lease_redis = service_clients(settings.redis, settings.lease)
         self.lister = ShardedLister(settings.shard_count, compact=settings.compact_cache)
         context = HandlerContext(
             lister=self.lister,
@@ -128,11 +126,8 @@ class ProcessorService:
             on_acquired=self._acquired,
             on_lost=self._lost,
             on_losing=self._losing,
-            heartbeat_interval=settings.heartbeat_interval,
-            member_ttl=settings.member_ttl,
-            lease_duration=settings.lease_duration,
-            renew_deadline=settings.renew_deadline,
-            retry_period=settings.retry_period,
+            timing=settings.lease,
+            membership=settings.membership,
         )
         # Heartbeats while waiting for the reflector (ShardOwnership heartbeats afterwards).
         self._membership = Membership(
@@ -140,7 +135,7 @@ class ProcessorService:
             prefix=settings.prefix,
             resource=self.resource,
             member_id=self.member_id,
-            ttl=settings.member_ttl,
+            ttl=settings.membership.member_ttl,
         )
         self._published = threading.Event()
         self._waiting_for = f"looking for the reflector of {self._where()}"
@@ -223,14 +218,14 @@ class ProcessorService:
     def _where(self) -> str:
         return (
             f"resource {self.resource!r} under key prefix {self.settings.prefix!r} in "
-            f"{redacted_url(self.settings.redis_url)}"
+            f"{redacted_url(self.settings.redis.url)}"
         )
 
     def _wait_for_publication(self) -> None:
         """Until every shard holds a reflector's complete list: heartbeat, look, wait. Then
         start taking shards over. Runs on its own thread so that :meth:`start` returns at once
         and ``/healthz`` answers while Redis or the reflector is still missing."""
-        poll = min(_PUBLICATION_POLL, self.settings.heartbeat_interval)
+        poll = min(_PUBLICATION_POLL, self.settings.membership.heartbeat_interval)
         warned = False
         failures = 0
         last_failure_log: float | None = None
@@ -248,7 +243,7 @@ class ProcessorService:
                 self._membership.heartbeat()  # so that status lists us as waiting
             except redis.RedisError as exc:
                 failures += 1
-                self._waiting_for = f"cannot read Redis at {redacted_url(self.settings.redis_url)}"
+                self._waiting_for = f"cannot read Redis at {redacted_url(self.settings.redis.url)}"
                 now = time.monotonic()
                 if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
                     last_failure_log = now
@@ -257,7 +252,7 @@ class ProcessorService:
                         self.resource,
                         type(exc).__name__,
                         " ".join(str(exc).split()),
-                        redacted_url(self.settings.redis_url),
+                        redacted_url(self.settings.redis.url),
                     )
                 self._stopping.wait(poll)
                 continue
@@ -336,7 +331,7 @@ class ProcessorService:
                 self.resource,
                 type(exc).__name__,
                 " ".join(str(exc).split()),
-                redacted_url(self.settings.redis_url),
+                redacted_url(self.settings.redis.url),
             )
 
     # --- shards ---------------------------------------------------------------------------

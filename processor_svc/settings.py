@@ -11,7 +11,14 @@ import socket
 from dataclasses import dataclass, field
 
 from common.resource_ids import check_resource_id
-from common.settings import ServiceSettings, SettingsError
+from common.settings import (
+    LeaseTiming,
+    MembershipTiming,
+    ServiceSettings,
+    SettingsError,
+    grouped,
+    require_positive,
+)
 from common.wire import DEFAULT_MAX_BYTES
 
 __all__ = ["ENV_PREFIX", "ProcessorSettings"]
@@ -44,15 +51,20 @@ class ProcessorSettings(ServiceSettings):
         default_factory=_default_member_id,
         metadata={"help": "this processor's name (unique per process; a suffix is added)"},
     )
-    heartbeat_interval: float = field(default=1.0, metadata={"help": "membership heartbeat, s"})
-    member_ttl: float = field(
-        default=5.0, metadata={"help": "a member missing heartbeats this long is gone, s"}
+    membership: MembershipTiming = field(
+        default_factory=MembershipTiming, metadata=grouped("membership")
     )
-    lease_duration: float = field(default=15.0, metadata={"help": "shard lease, seconds"})
-    renew_deadline: float = field(
-        default=10.0, metadata={"help": "stop applying a shard after failing to renew this long"}
+    lease: LeaseTiming = field(
+        default_factory=LeaseTiming,
+        metadata=grouped(
+            "shard leases (each shard is processed by the one member holding its lease)",
+            helps={
+                "lease_duration": "shard lease, seconds",
+                "renew_deadline": "stop applying a shard after failing to renew this long",
+                "retry_period": "ownership tick, seconds",
+            },
+        ),
     )
-    retry_period: float = field(default=2.0, metadata={"help": "ownership tick, seconds"})
     buffer_size: int = field(
         default=1000, metadata={"help": "per-handler buffer; full buffers pause stream reads"}
     )
@@ -78,21 +90,10 @@ class ProcessorSettings(ServiceSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive = (
-            "heartbeat_interval", "member_ttl", "lease_duration",
-            "renew_deadline", "retry_period", "buffer_size", "read_count", "block_ms",
-            "shutdown_grace", "max_entry_bytes",
+        require_positive(
+            self,
+            "buffer_size", "read_count", "block_ms", "shutdown_grace", "max_entry_bytes",
         )  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not self.retry_period * 1.2 < self.renew_deadline < self.lease_duration:
-            raise SettingsError(
-                "need retry_period * 1.2 < renew_deadline < lease_duration "
-                f"(got {self.retry_period}, {self.renew_deadline}, {self.lease_duration})"
-            )
-        if not self.heartbeat_interval < self.member_ttl:
-            raise SettingsError("heartbeat_interval must be shorter than member_ttl")
         try:
             check_resource_id(self.resource)  # the rule the reflector names its keys by
         except ValueError as exc:

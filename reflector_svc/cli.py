@@ -55,17 +55,19 @@ def run(args: argparse.Namespace) -> int:
         for spec in settings.resource:  # before connecting anything: a typo is no outage
             ResourceSpec.parse(spec)
         redactor = configure_logging(
-            settings.log_level, settings.log_json, redact=redis_secrets(settings)
+            settings.log_level, settings.log_json, redact=redis_secrets(settings.redis)
         )
         warning = command_line_password_warning(args.redis_url)
         if warning is not None:
             logging.getLogger(__name__).warning(warning)
-        check_redis_access(settings)  # wrong credentials or TLS: one line and exit 2, no retries
+        check_redis_access(
+            settings.redis
+        )  # wrong credentials or TLS: one line and exit 2, no retries
         service = ReflectorService(settings)
         name_failures_in_logs(
             redactor,
             {
-                redis.RedisError: f"Redis {redacted_url(settings.redis_url)}",
+                redis.RedisError: f"Redis {redacted_url(settings.redis.url)}",
                 KubeError: f"Kubernetes API {redacted_url(service.api_client.configuration.host)}",
             },
         )

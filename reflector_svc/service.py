@@ -69,9 +69,7 @@ class ReflectorService:
             in_cluster=settings.in_cluster,
             url=settings.kube_url,
         )
-        self.redis, self.lease_redis = service_clients(
-            settings, lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline
-        )
+        self.redis, self.lease_redis = service_clients(settings.redis, settings.lease)
         self.holder = unique_holder(settings.identity)
         self._runners: list[_ResourceRunner] = []
         self._stopping = threading.Event()
@@ -127,12 +125,11 @@ class ReflectorService:
                 key=keys.leader,
                 epoch_key=keys.epoch,
                 holder=self.holder,
-                duration=self.settings.lease_duration,
+                duration=self.settings.lease.lease_duration,
             )
             runner.elector = LeaderElector(
                 lease,
-                renew_deadline=self.settings.renew_deadline,
-                retry_period=self.settings.retry_period,
+                timing=self.settings.lease,
                 on_started_leading=functools.partial(self._lead, runner),
                 on_stopped_leading=functools.partial(self._stopped_leading, runner),
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from common.settings import ServiceSettings, SettingsError
+from common.settings import LeaseTiming, ServiceSettings, SettingsError, grouped, require_positive
 
 __all__ = ["ENV_PREFIX", "ReflectorSettings"]
 
@@ -73,11 +73,17 @@ class ReflectorSettings(ServiceSettings):
         default=5.0,
         metadata={"help": "advance every shard's checkpoint at least this often while watching"},
     )
-    lease_duration: float = field(default=15.0, metadata={"help": "leader lease, seconds"})
-    renew_deadline: float = field(
-        default=10.0, metadata={"help": "give up leadership after failing to renew this long"}
+    lease: LeaseTiming = field(
+        default_factory=LeaseTiming,
+        metadata=grouped(
+            "leader election (one replica of each resource leads)",
+            helps={
+                "lease_duration": "leader lease, seconds",
+                "renew_deadline": "give up leadership after failing to renew this long",
+                "retry_period": "leader election retry, seconds",
+            },
+        ),
     )
-    retry_period: float = field(default=2.0, metadata={"help": "leader election retry, seconds"})
     identity: str = field(
         default_factory=_default_identity, metadata={"help": "this replica's name in leases"}
     )
@@ -108,23 +114,16 @@ class ReflectorSettings(ServiceSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive = (
+        require_positive(
+            self,
             "page_size", "watch_timeout_min", "inactivity_timeout",
             "request_timeout", "backoff_initial", "batch_max", "checkpoint_interval",
-            "lease_duration", "renew_deadline", "retry_period", "max_object_bytes",
-            "retention_max_entries", "retention_interval",
+            "max_object_bytes", "retention_max_entries", "retention_interval",
         )  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.watch_timeout_max < self.watch_timeout_min:
             raise SettingsError("watch_timeout_max must be >= watch_timeout_min")
         if self.backoff_max < self.backoff_initial:
             raise SettingsError("backoff_max must be >= backoff_initial")
-        if not self.renew_deadline < self.lease_duration:
-            raise SettingsError("renew_deadline must be shorter than lease_duration")
-        if not self.retry_period * 1.2 < self.renew_deadline:  # common.lease's jitter rule
-            raise SettingsError("retry_period must be shorter than renew_deadline / 1.2")
         if self.retention_min_entries < 0:
             raise SettingsError("retention_min_entries must be >= 0")
         sources = sum((self.kube_url is not None, self.in_cluster, self.kubeconfig is not None))

@@ -9,8 +9,18 @@ from dataclasses import dataclass, field
 import pytest
 
 from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
-from common.settings import SettingsError, add_flags, load_settings, settings_from_args
+from common.settings import (
+    LeaseTiming,
+    RedisConnection,
+    SettingsError,
+    add_flags,
+    grouped,
+    load_settings,
+    settings_from_args,
+    settings_of,
+)
 from processor_svc.settings import ProcessorSettings
+from reflector_svc.settings import ReflectorSettings
 
 PREFIX = "INFORMER_BUS_TEST_"
 
@@ -120,7 +130,7 @@ def test_every_tool_refuses_a_malformed_resource_for_the_same_reason(
         with pytest.raises(ValueError, match=re.escape(f"invalid resource {text!r}: {reason}")):
             check(text)
     with pytest.raises(SettingsError, match=re.escape(reason)):
-        ProcessorSettings(resource=text)
+        settings_of(ProcessorSettings, resource=text)
 
 
 def test_a_spec_is_a_readers_resource_but_no_services_id() -> None:
@@ -129,4 +139,81 @@ def test_a_spec_is_a_readers_resource_but_no_services_id() -> None:
     with pytest.raises(ValueError, match=r"the id of this spec is 'deployments\.apps'"):
         check_resource_id("deployments.v1.apps")
     with pytest.raises(SettingsError, match="the id of this spec is 'pods@shop'"):
-        ProcessorSettings(resource="pods@shop?labelSelector=app%3Dweb")
+        settings_of(ProcessorSettings, resource="pods@shop?labelSelector=app%3Dweb")
+
+
+# --- groups: settings that belong together, one rule each ------------------------------------
+
+
+@dataclass(frozen=True)
+class Grouped:
+    redis: RedisConnection = field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
+    lease: LeaseTiming = field(
+        default_factory=LeaseTiming,
+        metadata=grouped("leases", helps={"lease_duration": "how long a test lease lasts"}),
+    )
+    name: str = field(default="x", metadata={"help": "a plain field beside the groups"})
+
+
+def test_a_groups_fields_are_flat_flags_and_env_vars_under_their_heading(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser(prog="t")
+    add_flags(parser, Grouped, PREFIX)
+    monkeypatch.setenv("INFORMER_BUS_TEST_REDIS_CLUSTER", "yes")
+    monkeypatch.setenv("INFORMER_BUS_TEST_RENEW_DEADLINE", "5")
+    args = parser.parse_args(["--redis-url", "redis://h:1/0", "--lease-duration", "6"])
+    settings = settings_from_args(Grouped, PREFIX, args)
+    assert settings.redis == RedisConnection(url="redis://h:1/0", cluster=True)
+    assert settings.lease == LeaseTiming(lease_duration=6.0, renew_deadline=5.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    text = capsys.readouterr().out
+    help_part = text[text.index("Redis:") :]
+    assert help_part.index("--redis-url URL") < help_part.index("leases:")
+    assert "how long a test lease lasts" in " ".join(text.split())
+
+
+def test_a_whole_group_can_be_given_and_unknown_names_are_refused() -> None:
+    given = RedisConnection(url="redis://g:1/0")
+    assert load_settings(Grouped, PREFIX, environ={}, redis=given).redis is given
+    with pytest.raises(TypeError, match="no setting lease_duraton"):
+        load_settings(Grouped, PREFIX, environ={}, lease_duraton=3.0)
+
+
+def test_settings_of_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFORMER_BUS_REDIS_URL", "redis://operator:1/0")
+    assert settings_of(ProcessorSettings, member_ttl=9.0).redis.url == RedisConnection().url
+    assert settings_of(ProcessorSettings, member_ttl=9.0).membership.member_ttl == 9.0
+
+
+@pytest.mark.parametrize(
+    ("timing", "message"),
+    [
+        ({"lease_duration": 0.0}, "lease_duration must be > 0"),
+        ({"renew_deadline": 15.0}, "renew_deadline must be shorter than lease_duration"),
+        ({"retry_period": 8.5}, r"retry_period must be shorter than renew_deadline / 1\.2"),
+    ],
+)
+def test_client_gos_lease_rule_is_one_rule_for_every_service(
+    timing: dict[str, float], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        LeaseTiming(**timing)
+    for service in (ProcessorSettings, ReflectorSettings):
+        with pytest.raises(SettingsError, match=message):
+            settings_of(service, **timing)
+
+
+def test_scaled_timing_keeps_client_gos_proportions() -> None:
+    assert LeaseTiming.scaled(15.0) == LeaseTiming()
+    assert LeaseTiming.scaled(3.0).flags() == [
+        "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.4",
+    ]  # fmt: skip
+
+
+def test_the_heartbeat_must_come_within_the_member_ttl() -> None:
+    with pytest.raises(SettingsError, match="heartbeat_interval must be shorter than member_ttl"):
+        settings_of(ProcessorSettings, heartbeat_interval=5.0)

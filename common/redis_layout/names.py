@@ -10,21 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = [
-    "CHECKPOINT_FENCE",
-    "CHECKPOINT_FIELDS",
-    "CHECKPOINT_RELISTING",
-    "CHECKPOINT_RV",
-    "CHECKPOINT_SYNCED_AT",
-    "CHECKPOINT_SYNCED_RV",
-    "DEAD_LETTER_ID",
-    "DEAD_LETTER_PAYLOAD",
-    "DEAD_LETTER_REASON",
-    "LEASE_EPOCH",
-    "LEASE_HOLDER",
-    "PROCESSOR_GROUP",
-    "SHARD_CONSUMER",
-]
+# Every name here is public: the package re-exports them all (common.redis_layout).
 
 # --- a shard's checkpoint hash (written by the reflector leader only) ---
 CHECKPOINT_RV: Final = "rv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from common.settings import SettingsError
+from common.settings import LeaseTiming, MembershipTiming, SettingsError
 from reflector_svc.resources import ResourceSpec
 
 __all__ = ["ENV_PREFIX", "HANDLER", "MAX_FAILED_STARTS", "MEMBER_TTL", "PROGRAM", "DemoSettings"]
@@ -17,7 +17,7 @@ PRIVATE_PREFIX: Final = "ib"
 
 MAX_FAILED_STARTS: Final = 3
 """Deaths in a row before its caches synced after which a processor is not restarted."""
-MEMBER_TTL: Final = 5.0  # the processors' default --member-ttl
+MEMBER_TTL: Final = MembershipTiming().member_ttl  # what the processors use (no flag given)
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,4 @@ class DemoSettings:
     def lease_flags(self) -> list[str]:
         """The processor flags of :attr:`lease_duration`, in client-go's default proportions
         (15 s lease, 10 s renew deadline, 2 s retry period)."""
-        lease = self.lease_duration
-        return [
-            "--lease-duration", f"{lease:g}", "--renew-deadline", f"{lease * 2 / 3:g}",
-            "--retry-period", f"{lease * 2 / 15:g}",
-        ]  # fmt: skip
+        return LeaseTiming.scaled(self.lease_duration).flags()

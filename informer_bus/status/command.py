@@ -20,17 +20,19 @@ from common.redis_config import connection_kwargs, describe_redis_error, redacte
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
+    MembershipTiming,
+    RedisConnection,
     ServiceSettings,
     SettingsError,
     add_flags,
     check_key_prefix,
+    grouped,
     settings_from_args,
 )
 from informer_bus.discovery import discover_resources
 from informer_bus.status.collect import collect_status, status_client
 from informer_bus.status.render import render_json, render_table
 from informer_bus.subcommand import Subcommand
-from processor_svc.settings import ProcessorSettings
 
 __all__ = ["HELP", "PROGRAM", "STATUS", "StatusSettings"]
 
@@ -44,7 +46,7 @@ HELP = (
 
 
 _SERVICE_FIELDS = {f.name: f for f in dataclasses.fields(ServiceSettings)}
-_PROCESSOR_FIELDS = {f.name: f for f in dataclasses.fields(ProcessorSettings)}
+_MEMBERSHIP_FIELDS = {f.name: f for f in dataclasses.fields(MembershipTiming)}
 
 
 def _same_as(source: Mapping[str, dataclasses.Field[Any]], name: str, help_text: str = "") -> Any:
@@ -61,13 +63,9 @@ def _same_as(source: Mapping[str, dataclasses.Field[Any]], name: str, help_text:
 class StatusSettings:
     """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
 
-    redis_url: str = _same_as(_SERVICE_FIELDS, "redis_url")
-    redis_username: str | None = _same_as(_SERVICE_FIELDS, "redis_username")
-    redis_password_file: str | None = _same_as(_SERVICE_FIELDS, "redis_password_file")
-    redis_tls_ca_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_ca_file")
-    redis_tls_cert_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_cert_file")
-    redis_tls_key_file: str | None = _same_as(_SERVICE_FIELDS, "redis_tls_key_file")
-    redis_cluster: bool = _same_as(_SERVICE_FIELDS, "redis_cluster")
+    redis: RedisConnection = field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
     prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
     resource: tuple[str, ...] = field(
         default=(),
@@ -79,7 +77,7 @@ class StatusSettings:
         default="table", metadata={"help": "table (for people) or json (for scripts)"}
     )
     member_ttl: float = _same_as(
-        _PROCESSOR_FIELDS,
+        _MEMBERSHIP_FIELDS,
         "member_ttl",
         "the processors' --member-ttl, to turn heartbeat deadlines into heartbeat ages",
     )
@@ -113,12 +111,13 @@ def _one_line(error: BaseException) -> str:
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(StatusSettings, ENV_PREFIX, args)
+        connection = settings.redis
         client = status_client(
-            settings.redis_url, cluster=settings.redis_cluster, **connection_kwargs(settings)
+            connection.url, cluster=connection.cluster, **connection_kwargs(connection)
         )
     except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, _one_line(exc))
-    where = redacted_url(settings.redis_url)
+    where = redacted_url(settings.redis.url)
     try:
         found = discover_resources(client, settings.prefix)
         wanted = found
@@ -137,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
             prefix=settings.prefix,
             resources=wanted,
             member_ttl=settings.member_ttl,
-            redis_url=settings.redis_url,
+            redis_url=settings.redis.url,
         )
     except redis.RedisError as exc:
         reason = describe_redis_error(exc) or _one_line(exc)

@@ -41,7 +41,7 @@ class OutageRecorder(Recorder):
         super().__init__(context)
         self._redis.close()
         self._redis = redis.Redis.from_url(
-            context.settings.redis_url,
+            context.settings.redis.url,
             socket_timeout=_READ_TIMEOUT,
             socket_connect_timeout=_READ_TIMEOUT,
         )

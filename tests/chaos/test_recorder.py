@@ -29,7 +29,10 @@ def test_a_call_while_redis_is_down_is_recorded_at_once_with_the_last_own_lease(
     monkeypatch.setenv("IB_RECORD_FILE", str(record))
     monkeypatch.setenv("IB_MEMBER", "p1")
     settings = SimpleNamespace(
-        member_id="p1", prefix="ib", shard_count=SHARDS, redis_url=server.url, redis_cluster=False
+        member_id="p1",
+        prefix="ib",
+        shard_count=SHARDS,
+        redis=SimpleNamespace(url=server.url, cluster=False),
     )
     recorder = OutageRecorder(SimpleNamespace(settings=settings, resource="pods"))
     pod = {"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}}

@@ -261,7 +261,7 @@ def localize_launch(launch: Launch, endpoints: LocalEndpoints, workdir: Path) ->
     script = Path(sys.executable).parent / "informer-bus"
     local = replace(launch, argv=(str(script), *rest))
     if launch.subcommand != "apiserver-sim":
-        redis_url = settings_of(launch).redis_url
+        redis_url = settings_of(launch).redis.url
         local, found = _replace_setting(
             local, "redis_url", _with_local_netloc(redis_url, endpoints.redis_url)
         )

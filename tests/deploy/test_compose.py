@@ -424,7 +424,7 @@ def test_a_documented_exec_command_runs_in_the_service_environment(
     assert argv[0] == "informer-bus", f"{document}: {command!r} does not run informer-bus"
     wait_until(bus.synced, 60, message="the stack's reflector to publish its first list")
     launch = launch_for(SERVICES[service]["command"], compose_environment(SERVICES[service]))
-    redis_url = settings_of(launch).redis_url
+    redis_url = settings_of(launch).redis.url
     local_url = urlsplit(redis_url)._replace(netloc=urlsplit(stack.redis_url).netloc).geturl()
     env = {**launch.env, "INFORMER_BUS_REDIS_URL": local_url, "PATH": "/usr/bin:/bin"}
     assert launch.env.get("INFORMER_BUS_REDIS_URL") == redis_url, "the URL comes from the env"

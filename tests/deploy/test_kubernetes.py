@@ -259,7 +259,7 @@ def test_the_redis_url_comes_from_the_secret(component: str) -> None:
     assert set(redis_var) == {"name", "valueFrom"}, "a literal Redis URL (and password)"
     ref = redis_var["valueFrom"]["secretKeyRef"]
     assert secret_value(DOCUMENTS, NAMESPACE, ref["name"], ref["key"]).startswith("redis")
-    assert settings_of(container_launch(deployment(component))).redis_url.startswith("redis")
+    assert settings_of(container_launch(deployment(component))).redis.url.startswith("redis")
 
 
 def test_metrics_services_select_their_pods() -> None:

@@ -23,6 +23,7 @@ import tests.support.redis_server as redis_server_module
 from common.leader_election import LeaderElector
 from common.lease import LeaseStatus, RedisLease
 from common.redis_config import lease_client
+from common.settings import LeaseTiming
 from tests.lease.conftest import (
     EPOCH_KEY,
     KEY,
@@ -36,6 +37,8 @@ from tests.lease.conftest import (
 from tests.support.redis_server import RedisServer
 
 # --- LeaderElector -------------------------------------------------------------------------------
+
+TIMING = LeaseTiming(LEASE, RENEW_DEADLINE, RETRY)
 
 
 class Callbacks(TypedDict):
@@ -105,8 +108,7 @@ class Recorder:
 def make_elector(lease: RedisLease | FlakyLease, recorder: Recorder, name: str) -> LeaderElector:
     return LeaderElector(
         lease,
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY,
+        timing=TIMING,
         **recorder.callbacks(name),
     )
 
@@ -150,9 +152,10 @@ def test_elector_validates_timings(redis_server: RedisServer, clients: list[redi
     lease = make_lease(redis_server.url, clients, "a")
     noop = Callbacks(on_started_leading=lambda epoch, event: None, on_stopped_leading=lambda: None)
     for deadline, retry in [(1.0, 0.1), (0.6, 0.5), (0.6, 0.0)]:
-        with pytest.raises(ValueError, match="retry_period"):
-            LeaderElector(lease, renew_deadline=deadline, retry_period=retry, **noop)
-    # client-go's defaults need a lease of more than 10 s
+        with pytest.raises(ValueError, match=r"renew_deadline must be shorter|retry_period must"):
+            LeaseTiming(LEASE, deadline, retry)
+    with pytest.raises(ValueError, match="lasts 1 s but the timing says 15 s"):
+        LeaderElector(lease, **noop)  # client-go's defaults: a 15 s lease
     long_lease = make_lease(redis_server.url, clients, "a", duration=15.0)
     assert LeaderElector(long_lease, **noop).lease is long_lease
 
@@ -166,8 +169,7 @@ def test_warns_when_one_call_can_outlast_the_safety_margin(
         with caplog.at_level(logging.WARNING, logger="common.leader_election"):
             LeaderElector(
                 lease,
-                renew_deadline=RENEW_DEADLINE,
-                retry_period=RETRY,
+                timing=TIMING,
                 on_started_leading=lambda epoch, event: None,
                 on_stopped_leading=lambda: None,
             )
@@ -333,8 +335,7 @@ def test_step_down_stops_leading_and_never_reuses_the_fenced_epoch(
 
     elector = LeaderElector(
         make_lease(redis_server.url, clients, "a"),
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY,
+        timing=TIMING,
         **recorder.callbacks("a", body),
     )
     holder.append(elector)
@@ -364,8 +365,7 @@ def test_a_fenced_epoch_is_not_led_again_even_when_its_release_failed(
 
     elector = LeaderElector(
         flaky,
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY,
+        timing=TIMING,
         **recorder.callbacks("a", body),
     )
     holder.append(elector)
@@ -396,8 +396,7 @@ def test_a_leading_callback_that_returns_or_raises_gives_up_leadership(
 
     elector = LeaderElector(
         make_lease(redis_server.url, clients, "a"),
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY,
+        timing=TIMING,
         **recorder.callbacks("a", body),
     )
     with caplog.at_level(logging.ERROR, logger="common.leader_election"), elector:
@@ -423,8 +422,7 @@ def test_stop_from_the_leading_callback_is_refused(
 
     elector = LeaderElector(
         make_lease(redis_server.url, clients, "a"),
-        renew_deadline=RENEW_DEADLINE,
-        retry_period=RETRY,
+        timing=TIMING,
         on_started_leading=on_started_leading,
         on_stopped_leading=lambda: None,
     )

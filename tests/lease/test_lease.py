@@ -204,18 +204,19 @@ def test_survives_a_script_cache_flush(
 
 def test_lease_client_for_ends_calls_between_renew_deadline_and_expiry() -> None:
     from common.redis_config import lease_client_for
+    from common.settings import LeaseTiming
 
-    client = lease_client_for("redis://127.0.0.1:1/0", lease_duration=15.0, renew_deadline=10.0)
+    client = lease_client_for("redis://127.0.0.1:1/0", timing=LeaseTiming())
     try:
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == 2.0  # min(2, 5 / 2.5): two timeouts < the 5 s margin
         assert kwargs["socket_connect_timeout"] == 2.0
     finally:
         client.close()
-    short = lease_client_for("redis://127.0.0.1:1/0", lease_duration=2.0, renew_deadline=1.5)
+    short = lease_client_for("redis://127.0.0.1:1/0", timing=LeaseTiming(2.0, 1.5, 0.2))
     try:
         assert short.connection_pool.connection_kwargs["socket_timeout"] == 0.2
     finally:
         short.close()
     with pytest.raises(ValueError, match="renew_deadline"):
-        lease_client_for("redis://127.0.0.1:1/0", lease_duration=2.0, renew_deadline=2.0)
+        LeaseTiming(2.0, 2.0, 0.2)  # no margin: no lease client can be built for it

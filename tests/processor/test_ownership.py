@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import pytest
 import redis
@@ -31,6 +31,7 @@ import tests.support.redis_server as redis_server_module
 from common.lease import RedisLease
 from common.redis_config import lease_client
 from common.redis_layout import ResourceKeys, ShardKeys
+from common.settings import LeaseTiming, MembershipTiming
 from processor_svc.ownership import ShardOwnership
 from tests.support.redis_server import RedisServer
 
@@ -58,6 +59,15 @@ FAST: Timings = {
     "renew_deadline": RENEW_DEADLINE,
     "retry_period": RETRY,
 }
+
+
+def grouped_timings(timings: Timings) -> dict[str, Any]:
+    """``timing=`` and ``membership=`` for :class:`ShardOwnership` from flat timings."""
+    t = {**FAST, **timings}
+    return {
+        "timing": LeaseTiming(t["lease_duration"], t["renew_deadline"], t["retry_period"]),
+        "membership": MembershipTiming(t["heartbeat_interval"], t["member_ttl"]),
+    }
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -164,7 +174,7 @@ class Cluster:
             if on_lost is not None:
                 on_lost(shard)
 
-        timings: Timings = {**FAST, **overrides}
+        timings = grouped_timings(overrides)
         member = ShardOwnership(
             client,
             prefix="ib",
@@ -223,11 +233,11 @@ def cluster(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"renew_deadline": 1.0}, "renew_deadline < lease_duration"),
-        ({"retry_period": 0.5}, r"retry_period \* 1.2 < renew_deadline"),
-        ({"retry_period": 0.0}, r"0 < retry_period"),
-        ({"heartbeat_interval": 0.5}, "heartbeat_interval < member_ttl"),
-        ({"heartbeat_interval": 0.0}, "heartbeat_interval < member_ttl"),
+        ({"renew_deadline": 1.0}, "renew_deadline must be shorter than lease_duration"),
+        ({"retry_period": 0.5}, r"retry_period must be shorter than renew_deadline / 1.2"),
+        ({"retry_period": 0.0}, r"retry_period must be > 0"),
+        ({"heartbeat_interval": 0.5}, "heartbeat_interval must be shorter than member_ttl"),
+        ({"heartbeat_interval": 0.0}, "heartbeat_interval must be > 0"),
     ],
 )
 def test_validates_timings(cluster: Cluster, overrides: Timings, message: str) -> None:
@@ -282,7 +292,7 @@ def test_warns_when_one_call_can_outlast_the_margin(
                 member_id="a",
                 on_acquired=lambda shard, epoch: None,
                 on_lost=lambda shard: None,
-                **FAST,
+                **grouped_timings(FAST),
             )
     finally:
         client.close()

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
@@ -62,7 +63,8 @@ def start_reflector(
     services: list[ReflectorService] = []
 
     def start() -> ReflectorService:
-        settings = ReflectorSettings(
+        settings = settings_of(
+            ReflectorSettings,
             resource=("pods",), redis_url=redis_server.url, kube_url=sim.url,
             http_host="127.0.0.1", http_port=0, shard_count=SHARDS, lease_duration=LEASE,
             renew_deadline=RENEW, retry_period=RETRY, checkpoint_interval=0.2,

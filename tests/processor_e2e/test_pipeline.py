@@ -13,7 +13,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
-from common.settings import SettingsError
+from common.settings import SettingsError, settings_of
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -67,7 +67,8 @@ class Pipeline:
 
     def reflector(self) -> ReflectorService:
         service = ReflectorService(
-            ReflectorSettings(
+            settings_of(
+                ReflectorSettings,
                 resource=("pods",), redis_url=self.redis_url, kube_url=self.sim.url,
                 http_host="127.0.0.1", http_port=0, shard_count=SHARDS, lease_duration=2.0,
                 renew_deadline=1.5, retry_period=0.2, checkpoint_interval=0.2,
@@ -88,7 +89,7 @@ class Pipeline:
         values.update(overrides)
         recorder = self.recorders.setdefault(name, Recorder(name))
         service = ProcessorService(
-            ProcessorSettings(**values),
+            settings_of(ProcessorSettings, **values),
             registry=CollectorRegistry(),
             extra_handlers=[("recorder", recorder)],
         )
@@ -256,9 +257,9 @@ def test_a_takeover_redelivers_the_shard_as_an_initial_list(pipeline: Pipeline) 
 
 def test_bad_settings_are_refused_with_one_line() -> None:
     with pytest.raises(SettingsError, match="renew_deadline"):
-        ProcessorSettings(lease_duration=2.0, renew_deadline=3.0)
+        settings_of(ProcessorSettings, lease_duration=2.0, renew_deadline=3.0)
     with pytest.raises(SettingsError, match="invalid resource 'po ds'"):
-        ProcessorSettings(resource="po ds")
+        settings_of(ProcessorSettings, resource="po ds")
 
 
 def test_a_controller_loaded_with_handler_runs_its_workers(pipeline: Pipeline) -> None:

@@ -9,6 +9,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from common.settings import settings_of
 from common.wire import DeltaEnvelope
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from reflector_svc.service import ReflectorService
@@ -84,7 +85,7 @@ class Reflectors:
             "identity": "test",
         }
         values.update(overrides)
-        return ReflectorSettings(**values)  # type: ignore[arg-type]
+        return settings_of(ReflectorSettings, **values)  # type: ignore[arg-type]
 
     def start(self, **overrides: object) -> ReflectorService:
         service = ReflectorService(self.settings(**overrides), registry=CollectorRegistry())

@@ -17,6 +17,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.kube import KubeSource, ListPage, load_api_client
 from reflector_svc.metrics import ReflectorMetrics
@@ -84,7 +85,7 @@ def run_reflector(sim: Simulator, redis_client: redis.Redis) -> Iterator[Callabl
             kind="Pod",
             source=source,
             sink=ShardPublisher(redis_client, prefix="ib", resource="pods", shard_count=SHARDS),
-            settings=ReflectorSettings(**values),
+            settings=settings_of(ReflectorSettings, **values),
             metrics=metrics,
         )
         stop = threading.Event()

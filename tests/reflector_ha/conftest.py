@@ -10,13 +10,13 @@ writes, so a test can check that what was published matches what really happened
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from common.settings import settings_of
 from informer_bus.apiserver_sim import PODS, ResourceType, Simulator, SimulatorSettings
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
 from reflector_svc.service import ReflectorService
@@ -141,13 +141,13 @@ def make_service(
     services: list[ReflectorService] = []
 
     def make(identity: str, **changes: Any) -> ReflectorService:
-        settings = ReflectorSettings(
-            resource=("pods",), redis_url=redis_server.url, kube_url=sim.url,
-            http_host="127.0.0.1", http_port=0, shard_count=SHARDS, lease_duration=LEASE,
-            renew_deadline=RENEW, retry_period=RETRY, checkpoint_interval=0.2,
-            identity=identity,
-        )  # fmt: skip
-        service = ReflectorService(replace(settings, **changes))
+        values: dict[str, Any] = {
+            "resource": ("pods",), "redis_url": redis_server.url, "kube_url": sim.url,
+            "http_host": "127.0.0.1", "http_port": 0, "shard_count": SHARDS,
+            "lease_duration": LEASE, "renew_deadline": RENEW, "retry_period": RETRY,
+            "checkpoint_interval": 0.2, "identity": identity,
+        }  # fmt: skip
+        service = ReflectorService(settings_of(ReflectorSettings, **{**values, **changes}))
         services.append(service)
         service.start()
         return service

@@ -18,7 +18,13 @@ from common.redis_config import (
     redacted_url,
     redis_secrets,
 )
-from common.settings import ServiceSettings, SettingsError, add_flags, load_settings
+from common.settings import (
+    RedisConnection,
+    ServiceSettings,
+    SettingsError,
+    add_flags,
+    load_settings,
+)
 
 SECRET = "p@ss:w/rd-8812"
 
@@ -37,18 +43,18 @@ def password_file(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_plain_url_needs_nothing_more() -> None:
-    assert connection_kwargs(ServiceSettings(redis_url="redis://127.0.0.1:1/0"), {}) == {}
+    assert connection_kwargs(RedisConnection(url="redis://127.0.0.1:1/0"), {}) == {}
 
 
 def test_the_password_file_wins_over_the_environment_and_loses_its_newline(
     tmp_path: Path,
 ) -> None:
-    settings = ServiceSettings(
-        redis_password_file=str(password_file(tmp_path, SECRET + "\n")), redis_username="app"
+    settings = RedisConnection(
+        password_file=str(password_file(tmp_path, SECRET + "\n")), username="app"
     )
     kwargs = connection_kwargs(settings, {PASSWORD_ENV: "from-env"})
     assert kwargs == {"password": SECRET, "username": "app"}
-    assert connection_kwargs(ServiceSettings(), {PASSWORD_ENV: "from-env"}) == {
+    assert connection_kwargs(RedisConnection(), {PASSWORD_ENV: "from-env"}) == {
         "password": "from-env"
     }
 
@@ -63,7 +69,7 @@ def test_an_unusable_password_file_is_a_one_line_settings_error(
     if content is not None:
         path.write_text(content)
     with pytest.raises(SettingsError, match=expected) as caught:
-        connection_kwargs(ServiceSettings(redis_password_file=str(path)), {})
+        connection_kwargs(RedisConnection(password_file=str(path)), {})
     assert "\n" not in str(caught.value)
 
 
@@ -72,26 +78,26 @@ def test_two_different_passwords_or_users_are_refused_without_showing_them(
 ) -> None:
     url = "redis://alice:url-secret-1@127.0.0.1:1/0"
     with pytest.raises(SettingsError, match="two different Redis passwords") as caught:
-        connection_kwargs(ServiceSettings(redis_url=url), {PASSWORD_ENV: "env-secret-2"})
+        connection_kwargs(RedisConnection(url=url), {PASSWORD_ENV: "env-secret-2"})
     assert "secret" not in str(caught.value)
     with pytest.raises(SettingsError, match="two different Redis users"):
-        connection_kwargs(ServiceSettings(redis_url=url, redis_username="bob"), {})
-    same = ServiceSettings(redis_url=url, redis_username="alice")
+        connection_kwargs(RedisConnection(url=url, username="bob"), {})
+    same = RedisConnection(url=url, username="alice")
     assert connection_kwargs(same, {PASSWORD_ENV: "url-secret-1"})["password"] == "url-secret-1"
 
 
 def test_tls_files_need_a_rediss_url_and_are_checked(pem: Path, tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"use rediss:// for TLS"):
-        connection_kwargs(ServiceSettings(redis_tls_ca_file=str(pem)), {})
+        connection_kwargs(RedisConnection(tls_ca_file=str(pem)), {})
     tls = "rediss://127.0.0.1:1/0"
     with pytest.raises(SettingsError, match="needs --redis-tls-cert-file"):
-        connection_kwargs(ServiceSettings(redis_url=tls, redis_tls_key_file=str(pem)), {})
+        connection_kwargs(RedisConnection(url=tls, tls_key_file=str(pem)), {})
     missing = str(tmp_path / "absent.pem")
     with pytest.raises(SettingsError, match=r"--redis-tls-ca-file .*absent\.pem: not a readable"):
-        connection_kwargs(ServiceSettings(redis_url=tls, redis_tls_ca_file=missing), {})
-    settings = ServiceSettings(
-        redis_url=tls, redis_tls_ca_file=str(pem), redis_tls_cert_file=str(pem),
-        redis_tls_key_file=str(pem),
+        connection_kwargs(RedisConnection(url=tls, tls_ca_file=missing), {})
+    settings = RedisConnection(
+        url=tls, tls_ca_file=str(pem), tls_cert_file=str(pem),
+        tls_key_file=str(pem),
     )  # fmt: skip
     assert connection_kwargs(settings, {}) == {
         "ssl_cert_reqs": "required", "ssl_check_hostname": True, "ssl_ca_certs": str(pem),
@@ -101,9 +107,7 @@ def test_tls_files_need_a_rediss_url_and_are_checked(pem: Path, tmp_path: Path) 
 
 def test_verification_is_on_by_default_for_rediss() -> None:
     url = "rediss://127.0.0.1:1/0"
-    pool = redis.ConnectionPool.from_url(
-        url, **connection_kwargs(ServiceSettings(redis_url=url), {})
-    )
+    pool = redis.ConnectionPool.from_url(url, **connection_kwargs(RedisConnection(url=url), {}))
     made = pool.connection_class(**pool.connection_kwargs)  # built, never connected
     assert made.cert_reqs == ssl.CERT_REQUIRED
     assert made.check_hostname
@@ -112,7 +116,7 @@ def test_verification_is_on_by_default_for_rediss() -> None:
 
 def test_unknown_schemes_are_refused_without_showing_the_password() -> None:
     with pytest.raises(SettingsError, match="must start with redis://") as caught:
-        connection_kwargs(ServiceSettings(redis_url="http://u:hunter2@host/0"), {})
+        connection_kwargs(RedisConnection(url="http://u:hunter2@host/0"), {})
     assert "hunter2" not in str(caught.value)
 
 
@@ -130,13 +134,12 @@ def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
 
 
 def test_every_password_source_is_handed_to_the_log_redactor(tmp_path: Path) -> None:
-    settings = ServiceSettings(
-        redis_url="redis://:in-url@h:1/0",
-        redis_password_file=str(password_file(tmp_path, "in-file\n")),
+    settings = RedisConnection(
+        url="redis://:in-url@h:1/0", password_file=str(password_file(tmp_path, "in-file\n"))
     )
     assert redis_secrets(settings, {}) == ["in-url", "in-file"]
-    assert redis_secrets(ServiceSettings(), {PASSWORD_ENV: "in-env"}) == ["in-env"]
-    unreadable = ServiceSettings(redis_password_file=str(tmp_path / "absent"))
+    assert redis_secrets(RedisConnection(), {PASSWORD_ENV: "in-env"}) == ["in-env"]
+    unreadable = RedisConnection(password_file=str(tmp_path / "absent"))
     assert redis_secrets(unreadable, {}) == []
 
 
@@ -157,8 +160,8 @@ def test_there_is_no_password_flag_and_every_new_setting_has_an_env_var() -> Non
         {"INFORMER_BUS_REDIS_USERNAME": "app", "INFORMER_BUS_REDIS_TLS_CA_FILE": "/ca.pem",
          "INFORMER_BUS_REDIS_PASSWORD_FILE": "/pw"},
     )  # fmt: skip
-    assert (settings.redis_username, settings.redis_tls_ca_file) == ("app", "/ca.pem")
-    assert settings.redis_password_file == "/pw"
+    assert (settings.redis.username, settings.redis.tls_ca_file) == ("app", "/ca.pem")
+    assert settings.redis.password_file == "/pw"
 
 
 def test_errors_worth_retrying_are_not_described_as_mistakes() -> None:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from common.deltas import Delta, DeltaType
 from common.keys import meta_namespace_key
+from common.settings import settings_of
 from common.wire import DeltaEnvelope, envelope_to_fields
 from informer_bus.apiserver_sim import Simulator
 from processor_svc.service import ProcessorService
@@ -51,7 +52,8 @@ def test_the_pipeline_runs_over_tls_as_acl_users_with_only_their_minimal_acl(
     }  # fmt: skip
     sim.populate("pods", 120, seed=7)
     reflector = ReflectorService(
-        ReflectorSettings(
+        settings_of(
+            ReflectorSettings,
             resource=("pods",), kube_url=sim.url, redis_username="reflector",
             redis_password_file=str(password_files["reflector"]), checkpoint_interval=0.2,
             retention_interval=0.5, **tls,
@@ -59,7 +61,8 @@ def test_the_pipeline_runs_over_tls_as_acl_users_with_only_their_minimal_acl(
         registry=CollectorRegistry(),
     )  # fmt: skip
     processor = ProcessorService(
-        ProcessorSettings(
+        settings_of(
+            ProcessorSettings,
             resource="pods", handler=(HANDLER,), redis_username="processor",
             redis_password_file=str(password_files["processor"]), heartbeat_interval=0.1,
             member_ttl=0.6, block_ms=200, **tls,

@@ -17,6 +17,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.plugins import load_plugin
+from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -33,7 +34,8 @@ SECRET_VALUE = "c3VwZXItc2VjcmV0LXZhbHVl"  # base64 of "super-secret-value"
 
 def reflector(sim: Simulator, url: str, resource: str, **overrides: object) -> ReflectorService:
     service = ReflectorService(
-        ReflectorSettings(
+        settings_of(
+            ReflectorSettings,
             resource=(resource,), redis_url=url, kube_url=sim.url, http_host="127.0.0.1",
             http_port=0, shard_count=SHARDS, lease_duration=2.0, renew_deadline=1.5,
             retry_period=0.2, checkpoint_interval=0.2, **overrides,  # type: ignore[arg-type]
@@ -82,7 +84,8 @@ def test_stream_content_that_names_a_module_never_causes_an_import(
     before = set(sys.modules)
     source = reflector(sim, redis_server.url, "pods")
     processor = ProcessorService(
-        ProcessorSettings(
+        settings_of(
+            ProcessorSettings,
             resource="pods", handler=(HANDLER,), redis_url=redis_server.url,
             shard_count=SHARDS, http_host="127.0.0.1", http_port=0, lease_duration=2.0,
             renew_deadline=1.5, retry_period=0.2, heartbeat_interval=0.1, member_ttl=0.6,

@@ -14,6 +14,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from reflector_svc.publisher import PendingDelta, ShardPublisher
 from reflector_svc.service import ReflectorService
@@ -140,7 +141,8 @@ class Pipeline:
 def pipeline(redis_server: RedisServer, bus: Bus) -> Iterator[Pipeline]:
     with Simulator(SimulatorSettings(bookmark_interval=0.1)) as sim:
         sim.populate("pods", 30)
-        settings = ReflectorSettings(
+        settings = settings_of(
+            ReflectorSettings,
             resource=("pods",), redis_url=redis_server.url, kube_url=sim.url,
             http_host="127.0.0.1", http_port=0, shard_count=SHARDS, lease_duration=2.0,
             renew_deadline=1.5, retry_period=0.2, checkpoint_interval=0.2, identity="test",

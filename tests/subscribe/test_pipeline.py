@@ -29,7 +29,7 @@ def test_from_beginning_prints_every_delta_on_the_streams(pipeline: Pipeline) ->
     assert len(on_the_bus) == 30 + 5 + 3
 
     result = run_subscribe(
-        pipeline.reflector.settings.redis_url,
+        pipeline.reflector.settings.redis.url,
         "pods", "--from-beginning", "--count", str(len(on_the_bus)),
     )  # fmt: skip
 
@@ -51,7 +51,7 @@ def test_from_beginning_prints_every_delta_on_the_streams(pipeline: Pipeline) ->
 
 def test_the_python_iterator_follows_live_changes_in_order(pipeline: Pipeline) -> None:
     key = sorted(pipeline.sim.ground_truth("pods"))[0]
-    with subscribe(pipeline.reflector.settings.redis_url, "pods", stop=Deadline(15)) as deltas:
+    with subscribe(pipeline.reflector.settings.redis.url, "pods", stop=Deadline(15)) as deltas:
         assert deltas.shard_count == SHARDS
         updated = pipeline.sim.update("pods", key, {"metadata": {"labels": {"v": "2"}}})
         pipeline.sim.delete("pods", key)
@@ -64,7 +64,7 @@ def test_the_python_iterator_follows_live_changes_in_order(pipeline: Pipeline) -
     assert seen[0].namespace == key.partition("/")[0]
     # from-beginning over the same streams ends with the same two deltas for that key
     with subscribe(
-        pipeline.reflector.settings.redis_url, "pods", start=FROM_BEGINNING,
+        pipeline.reflector.settings.redis.url, "pods", start=FROM_BEGINNING,
         stop=Deadline(1.0), block_ms=100,
     ) as everything:  # fmt: skip
         history = [(d.type, d.entry_id) for d in everything if d.key == key]

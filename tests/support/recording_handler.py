@@ -73,7 +73,7 @@ class Recorder:
             for shard in range(self._shard_count)
         ]
         self._redis: redis.Redis = redis_client(
-            settings.redis_url, cluster=settings.redis_cluster, socket_timeout=10
+            settings.redis.url, cluster=settings.redis.cluster, socket_timeout=10
         )
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
