@@ -433,9 +433,13 @@ class ServiceProcess:
         self.cwd = cwd or Path(__file__).resolve().parents[2]
         self.process: ChildProcess | None = None
 
+    def command(self) -> list[str]:
+        """What runs: ``python -m MODULE ARGS`` (a subclass may run something else)."""
+        return [sys.executable, "-m", self.module, *self.args]
+
     def start(self) -> Self:
         self.process = ChildProcess(
-            [sys.executable, "-m", self.module, *self.args],
+            self.command(),
             name=self.what, log_path=self.log_path, env=self.env, cwd=self.cwd,
         ).start()  # fmt: skip
         return self
