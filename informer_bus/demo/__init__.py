@@ -44,6 +44,7 @@ cleanly (processors that died and were restarted do not count against it); 1 whe
 simulator or the reflector died, a processor was given up, or a child failed to stop or had to
 be killed; 2 for a mistake (bad flag, no ``redis-server`` binary, unreachable Redis,
 unreadable kubeconfig, a child refusing its settings).
+
 The package, one idea per module: :mod:`.settings` (the flags), :mod:`.children` (a child
 process of the demo and what it said), :mod:`.view` (the live view), :mod:`.supervisor`
 (startup, supervision, ordered shutdown) and :mod:`.command` (the subcommand).

@@ -13,10 +13,6 @@ Times come from Redis's clock (``TIME``), the same clock that stamps stream IDs,
 deadlines and ``synced_at``: ages are then exact whatever the skew between this machine and the
 services' machines.
 
-Exit status: 0 with a report; 1 when no resource was found under the prefix (nothing to
-report, a message says so); 2 for a user mistake (bad flag, unreachable Redis, a
-``--resource`` that does not exist).
-
 The package holds one idea per module: :mod:`.model` (the snapshot's dataclasses),
 :mod:`.collect` (reading it from Redis), :mod:`.render` (the table and JSON) and
 :mod:`.command` (the subcommand). Key discovery is :mod:`informer_bus.discovery`'s.

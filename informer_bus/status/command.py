@@ -1,4 +1,4 @@
-"""``informer-bus status``: the subcommand (flags, exit statuses; see the package docstring).
+"""``informer-bus status``: the subcommand (what it reads: the package docstring).
 
 Exit status: 0 with a report; 1 when no resource was found under the prefix (nothing to
 report, a message says so); 2 for a user mistake (bad flag, unreachable Redis, a
