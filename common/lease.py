@@ -219,14 +219,19 @@ class RedisLease:
             )
         # A stall costs one connect or one read timeout per attempt, then the attempt fails.
         # An estimate: backoff sleeps are left out, and so are reads that each almost time out.
-        self._max_call = (
+        self.max_call_seconds: Final = (
             math.inf if retries < 0 else (retries + 1) * (connect_timeout + socket_timeout)
         )
+        """Estimated worst case of one call from the client's timeouts and retry count."""
         self._client = client
-        self._key = key
-        self._epoch_key = epoch_key
-        self._holder = holder
-        self._duration = float(duration)
+        self.key: Final = key
+        """The lease hash's key."""
+        self.epoch_key: Final = epoch_key
+        """The epoch counter's key."""
+        self.holder: Final = holder
+        """Our holder identity."""
+        self.duration: Final = float(duration)
+        """Seconds the lease lives after each acquire or renewal."""
         self._duration_ms = max(1, round(duration * 1000))
         self._acquire = client.register_script(lease_scripts.ACQUIRE_OR_RENEW)
         self._release = client.register_script(lease_scripts.RELEASE)
@@ -236,36 +241,11 @@ class RedisLease:
         self._held_epoch = 0
         self._read = client.register_script(lease_scripts.READ)
 
-    @property
-    def key(self) -> str:
-        """The lease hash's key."""
-        return self._key
-
-    @property
-    def epoch_key(self) -> str:
-        """The epoch counter's key."""
-        return self._epoch_key
-
-    @property
-    def holder(self) -> str:
-        """Our holder identity."""
-        return self._holder
-
-    @property
-    def duration(self) -> float:
-        """Seconds the lease lives after each acquire or renewal."""
-        return self._duration
-
-    @property
-    def max_call_seconds(self) -> float:
-        """Estimated worst case of one call from the client's timeouts and retry count."""
-        return self._max_call
-
     def try_acquire_or_renew(self) -> LeaseStatus:
         """Acquire the lease if free or expired, renew it if ours, else report who holds it."""
         held, epoch, holder, ttl_ms = self._acquire(
-            keys=[self._key, self._epoch_key],
-            args=[self._holder, self._duration_ms, self._held_epoch],
+            keys=[self.key, self.epoch_key],
+            args=[self.holder, self._duration_ms, self._held_epoch],
         )
         self._held_epoch = int(epoch) if held else 0
         return LeaseStatus(
@@ -285,7 +265,7 @@ class RedisLease:
         ``epoch``, even if Redis lost the epoch counter.
         """
         held, current, holder, ttl_ms = self._renew(
-            keys=[self._key], args=[self._holder, self._duration_ms, epoch]
+            keys=[self.key], args=[self.holder, self._duration_ms, epoch]
         )
         if held:
             self._held_epoch = int(current)
@@ -300,13 +280,13 @@ class RedisLease:
     def release(self) -> bool:
         """Delete the lease if we hold it; ``True`` if it was ours (now free for anyone)."""
         self._held_epoch = 0
-        return bool(self._release(keys=[self._key], args=[self._holder]))
+        return bool(self._release(keys=[self.key], args=[self.holder]))
 
     def holder_and_epoch(self) -> tuple[str | None, int]:
         """Who holds the lease (``None``: nobody) and its epoch, or the last epoch issued."""
-        holder, epoch = self._read(keys=[self._key, self._epoch_key])
+        holder, epoch = self._read(keys=[self.key, self.epoch_key])
         name = _text(holder)
         return (name or None), int(epoch)
 
     def __repr__(self) -> str:
-        return f"RedisLease(key={self._key!r}, holder={self._holder!r})"
+        return f"RedisLease(key={self.key!r}, holder={self.holder!r})"

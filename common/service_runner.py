@@ -20,14 +20,24 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Protocol
 
-from common.observability import RedactingFilter
+import redis
+
+from common.observability import RedactingFilter, configure_logging
+from common.redis_config import (
+    check_redis_access,
+    command_line_password_warning,
+    redacted_url,
+    redis_secrets,
+)
 from common.runtime import long_lived_heap_gc
+from common.settings import ServiceSettings
 
 __all__ = [
     "FailureContext",
     "Runnable",
     "fail",
     "name_failures_in_logs",
+    "prepare_service",
     "run_until_signalled",
 ]
 
@@ -103,6 +113,30 @@ def name_failures_in_logs(
         if redactor in handler.filters:
             handler.filters.insert(0, context)
     return context
+
+
+def prepare_service(settings: ServiceSettings, url_flag: str | None) -> RedactingFilter:
+    """What every service does before it builds anything: log as ``settings`` say with every
+    Redis password masked, warn when ``url_flag`` (the ``--redis-url`` *flag*, not the env
+    var) carries a password for ``ps`` to show, and check the Redis credentials and TLS once,
+    so a wrong one is one line and exit 2 instead of retries (``RedisAccessError``, a
+    ``ValueError``). Log lines that carry a Redis failure name the Redis they failed to reach.
+
+    Returns the redactor, for :func:`name_failures_in_logs` with the service's other servers.
+    """
+    redactor = configure_logging(
+        settings.log_level, settings.log_json, redact=redis_secrets(settings.redis)
+    )
+    warning = command_line_password_warning(url_flag)
+    if warning is not None:
+        logging.getLogger(__name__).warning(warning)
+    check_redis_access(settings.redis)
+    name_failures_in_logs(redactor, {redis.RedisError: _redis_named(settings)})
+    return redactor
+
+
+def _redis_named(settings: ServiceSettings) -> str:
+    return f"Redis {redacted_url(settings.redis.url)}"
 
 
 def run_until_signalled(

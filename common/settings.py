@@ -20,12 +20,14 @@ import argparse
 import dataclasses
 import math
 import os
+import socket
 import types
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 __all__ = [
+    "ENV_PREFIX",
     "JITTER_FACTOR",
     "LeaseTiming",
     "MembershipTiming",
@@ -37,6 +39,7 @@ __all__ = [
     "env_name",
     "flag_name",
     "grouped",
+    "hostname_identity",
     "load_settings",
     "require_positive",
     "settings_from_args",
@@ -44,6 +47,16 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+
+ENV_PREFIX: Final = "INFORMER_BUS_"
+"""Where every service and tool reads its environment: ``--redis-url`` is
+``INFORMER_BUS_REDIS_URL`` for all of them (the simulator and the demo add a word of their
+own, ``INFORMER_BUS_SIM_``, ``INFORMER_BUS_DEMO_``)."""
+
+
+def hostname_identity(role: str) -> str:
+    """``<hostname>-<role>``: a default name for a replica that says where it runs."""
+    return f"{socket.gethostname()}-{role}"
 
 
 class SettingsError(ValueError):

@@ -9,23 +9,13 @@ over at once (exit 0).
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
 
-import redis
-
-from common.observability import configure_logging
 from common.plugins import PluginError
-from common.redis_config import (
-    check_redis_access,
-    command_line_password_warning,
-    redacted_url,
-    redis_secrets,
-)
-from common.service_runner import fail, name_failures_in_logs, run_until_signalled
-from common.settings import SettingsError, add_flags, settings_from_args
+from common.service_runner import fail, prepare_service, run_until_signalled
+from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
-from processor_svc.settings import ENV_PREFIX, ProcessorSettings
+from processor_svc.settings import ProcessorSettings
 
 __all__ = ["HELP", "PROGRAM", "configure_parser", "main", "run"]
 
@@ -50,18 +40,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
-        redactor = configure_logging(
-            settings.log_level, settings.log_json, redact=redis_secrets(settings.redis)
-        )
-        name_failures_in_logs(
-            redactor, {redis.RedisError: f"Redis {redacted_url(settings.redis.url)}"}
-        )
-        warning = command_line_password_warning(args.redis_url)
-        if warning is not None:
-            logging.getLogger(__name__).warning(warning)
-        check_redis_access(
-            settings.redis
-        )  # wrong credentials or TLS: one line and exit 2, no retries
+        prepare_service(settings, args.redis_url)
         service = ProcessorService(settings)
     except (SettingsError, PluginError, ValueError) as exc:
         return fail(PROGRAM, str(exc))

@@ -2,7 +2,7 @@
 
 Shard assignment (``processor_svc.assignment``) needs every processor to agree on the set of
 live members without a coordinator. Each processor therefore writes its own *deadline* into
-``ib:{R}:members`` (:attr:`common.sharding.ResourceKeys.members`), a sorted set of member id ->
+``ib:{R}:members`` (:attr:`common.redis_layout.ResourceKeys.members`), a sorted set of member id ->
 heartbeat deadline in milliseconds, and renews it more often than its ``ttl``. A member whose
 deadline has passed is gone: it crashed, hung or lost its network, and its shards are reassigned
 (they can only be *taken* once their leases expire, see ``processor_svc.ownership``).
@@ -23,35 +23,9 @@ from redis.client import Pipeline
 from redis.commands.core import Script
 
 from common.redis_config import is_cluster
-from common.redis_layout import ResourceKeys
+from common.redis_layout import ResourceKeys, membership_scripts
 
 __all__ = ["Membership", "decode_members"]
-
-# Redis's clock in ms. TIME is allowed in scripts: since Redis 5 scripts replicate their effects,
-# not the script, so a non-deterministic command is fine.
-_NOW_MS: Final = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# KEYS[1] members; ARGV[1] member id, ARGV[2] ttl ms. Prunes members whose deadline passed,
-# records ours (now + ttl) and returns the live members (deadline > now), ourselves included.
-_HEARTBEAT: Final = (
-    _NOW_MS
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return redis.call('ZRANGE', KEYS[1], 0, -1)
-"""
-)
-
-# KEYS[1] members. The live members (deadline > now); read-only.
-_LIVE: Final = (
-    _NOW_MS
-    + """
-return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-"""
-)
 
 
 def decode_members(reply: object) -> list[str]:
@@ -79,27 +53,15 @@ class Membership:
         if not ttl >= 0.001:
             raise ValueError(f"ttl must be >= 0.001 s, got {ttl!r}")
         self._client = client
-        self._key = ResourceKeys(prefix, resource).members
-        self._member_id = member_id
-        self._ttl = float(ttl)
-        self._ttl_ms = max(1, round(ttl * 1000))
-        self._heartbeat: Script = client.register_script(_HEARTBEAT)
-        self._live: Script = client.register_script(_LIVE)
-
-    @property
-    def key(self) -> str:
+        self.key: Final = ResourceKeys(prefix, resource).members
         """The members sorted set."""
-        return self._key
-
-    @property
-    def member_id(self) -> str:
+        self.member_id: Final = member_id
         """Our id in the set."""
-        return self._member_id
-
-    @property
-    def ttl(self) -> float:
+        self.ttl: Final = float(ttl)
         """Seconds a heartbeat keeps us alive."""
-        return self._ttl
+        self._ttl_ms = max(1, round(ttl * 1000))
+        self._heartbeat: Script = client.register_script(membership_scripts.HEARTBEAT)
+        self._live: Script = client.register_script(membership_scripts.LIVE)
 
     def heartbeat(self) -> list[str]:
         """Be alive for ``ttl`` more seconds (Redis clock); prune the dead.
@@ -107,7 +69,7 @@ class Membership:
         Returns the live members, ourselves included, sorted: the same round trip answers what
         :meth:`live_members` would.
         """
-        return decode_members(self._heartbeat(keys=[self._key], args=self._args()))
+        return decode_members(self._heartbeat(keys=[self.key], args=self._args()))
 
     def queue_heartbeat(self, pipeline: Pipeline) -> None:
         """Add a :meth:`heartbeat` to ``pipeline``; decode its reply with :func:`decode_members`.
@@ -118,20 +80,20 @@ class Membership:
             # redis-py's cluster pipeline refuses EVALSHA (and so a Script): EVAL sends the
             # short script's text instead, and needs no NOSCRIPT recovery.
             queue: Any = pipeline.execute_command  # redis-py leaves it unannotated
-            queue("EVAL", self._heartbeat.script, 1, self._key, *self._args())
+            queue("EVAL", self._heartbeat.script, 1, self.key, *self._args())
             return
-        self._heartbeat(keys=[self._key], args=self._args(), client=pipeline)
+        self._heartbeat(keys=[self.key], args=self._args(), client=pipeline)
 
     def live_members(self) -> list[str]:
         """The members whose deadline has not passed on Redis's clock, sorted."""
-        return decode_members(self._live(keys=[self._key]))
+        return decode_members(self._live(keys=[self.key]))
 
     def leave(self) -> None:
         """Leave at once (graceful stop), so the others need not wait ``ttl`` to notice."""
-        self._client.zrem(self._key, self._member_id)
+        self._client.zrem(self.key, self.member_id)
 
     def _args(self) -> list[str | int]:
-        return [self._member_id, self._ttl_ms]
+        return [self.member_id, self._ttl_ms]
 
     def __repr__(self) -> str:
-        return f"Membership(key={self._key!r}, member_id={self._member_id!r})"
+        return f"Membership(key={self.key!r}, member_id={self.member_id!r})"

@@ -7,7 +7,7 @@ gracefully hands them over at once.
 
 from __future__ import annotations
 
-import socket
+import functools
 from dataclasses import dataclass, field
 
 from common.resource_ids import check_resource_id
@@ -17,17 +17,12 @@ from common.settings import (
     ServiceSettings,
     SettingsError,
     grouped,
+    hostname_identity,
     require_positive,
 )
 from common.wire import DEFAULT_MAX_BYTES
 
-__all__ = ["ENV_PREFIX", "ProcessorSettings"]
-
-ENV_PREFIX = "INFORMER_BUS_"
-
-
-def _default_member_id() -> str:
-    return f"{socket.gethostname()}-processor"
+__all__ = ["ProcessorSettings"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +43,7 @@ class ProcessorSettings(ServiceSettings):
         },
     )
     member_id: str = field(
-        default_factory=_default_member_id,
+        default_factory=functools.partial(hostname_identity, "processor"),
         metadata={"help": "this processor's name (unique per process; a suffix is added)"},
     )
     membership: MembershipTiming = field(

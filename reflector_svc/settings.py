@@ -6,18 +6,19 @@ election), so operators who know Go controllers meet no surprises.
 
 from __future__ import annotations
 
-import socket
+import functools
 from dataclasses import dataclass, field
 
-from common.settings import LeaseTiming, ServiceSettings, SettingsError, grouped, require_positive
+from common.settings import (
+    LeaseTiming,
+    ServiceSettings,
+    SettingsError,
+    grouped,
+    hostname_identity,
+    require_positive,
+)
 
-__all__ = ["ENV_PREFIX", "ReflectorSettings"]
-
-ENV_PREFIX = "INFORMER_BUS_"
-
-
-def _default_identity() -> str:
-    return f"{socket.gethostname()}-reflector"
+__all__ = ["ReflectorSettings"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class ReflectorSettings(ServiceSettings):
         ),
     )
     identity: str = field(
-        default_factory=_default_identity, metadata={"help": "this replica's name in leases"}
+        default_factory=functools.partial(hostname_identity, "reflector"),
+        metadata={"help": "this replica's name in leases"},
     )
     strip_managed_fields: bool = field(
         default=True, metadata={"help": "drop metadata.managedFields before publishing"}

@@ -23,14 +23,12 @@ from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
-from common.settings import settings_from_args
+from common.settings import ENV_PREFIX, settings_from_args
 from informer_bus.apiserver_sim.settings import ENV_PREFIX as SIM_ENV_PREFIX
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.cli import build_parser
-from processor_svc.settings import ENV_PREFIX as PROCESSOR_ENV_PREFIX
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.resources import ResourceSpec
-from reflector_svc.settings import ENV_PREFIX as REFLECTOR_ENV_PREFIX
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import ServiceProcess, wait_until
 from tests.support.redis_server import free_port
@@ -64,8 +62,8 @@ READY_TIMEOUT = 30.0
 
 # The settings each subcommand reads, with its env prefix and the setting it listens on.
 _SETTINGS: dict[str, tuple[type[Any], str, str]] = {
-    "reflector": (ReflectorSettings, REFLECTOR_ENV_PREFIX, "http_port"),
-    "processor": (ProcessorSettings, PROCESSOR_ENV_PREFIX, "http_port"),
+    "reflector": (ReflectorSettings, ENV_PREFIX, "http_port"),
+    "processor": (ProcessorSettings, ENV_PREFIX, "http_port"),
     "apiserver-sim": (SimulatorSettings, SIM_ENV_PREFIX, "port"),
 }
 
