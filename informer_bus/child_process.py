@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, Protocol, Self, TypeVar
 
@@ -156,6 +157,7 @@ class ReadyWaitCancelledError(RuntimeError):
     """:meth:`ChildProcess.wait_ready`'s ``cancel`` was set (the parent is stopping)."""
 
 
+@dataclass(eq=False)
 class ChildProcess:
     """One child process, from start to reaped; what every runner of children here uses.
 
@@ -178,40 +180,33 @@ class ChildProcess:
     reader thread joined and every pipe and file closed.
     """
 
-    def __init__(
-        self,
-        args: Sequence[str],
-        *,
-        name: str | None = None,
-        log_path: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | str | None = None,
-        on_line: Callable[[bytes], None] | None = None,
-        tied: bool = True,
-        death_signal: signal.Signals = signal.SIGKILL,
-        own_process_group: bool = False,
-        stop_signal: signal.Signals = signal.SIGTERM,
-        preexec: Callable[[], None] | None = None,
-    ) -> None:
-        self.args = list(args)
-        self.name = name or Path(self.args[0]).name
-        self.log_path = log_path
-        self.env = None if env is None else dict(env)
-        self.cwd = cwd
-        self.on_line = on_line
-        self.tied = tied
-        self.death_signal = death_signal
-        self.own_process_group = own_process_group
-        self.stop_signal = stop_signal
-        self.preexec = preexec
-        self.killed = False
-        """The last :meth:`stop` had to SIGKILL it (or :meth:`kill` did)."""
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._log_start = 0
-        self._closed_text = ""
-        self._reader: threading.Thread | None = None
-        self._asked_to_stop = False
+    args: Sequence[str]
+    _: KW_ONLY
+    name: str = ""
+    """For messages and the reader thread's name (default: the program's file name)."""
+    log_path: Path | None = None
+    env: Mapping[str, str] | None = None
+    cwd: Path | str | None = None
+    on_line: Callable[[bytes], None] | None = None
+    tied: bool = True
+    death_signal: signal.Signals = signal.SIGKILL
+    own_process_group: bool = False
+    stop_signal: signal.Signals = signal.SIGTERM
+    preexec: Callable[[], None] | None = None
+    killed: bool = field(default=False, init=False)
+    """The last :meth:`stop` had to SIGKILL it (or :meth:`kill` or :meth:`close` did)."""
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _log: IO[bytes] | None = field(default=None, init=False, repr=False)
+    _log_start: int = field(default=0, init=False, repr=False)
+    _closed_text: str = field(default="", init=False, repr=False)
+    _reader: threading.Thread | None = field(default=None, init=False, repr=False)
+    _asked_to_stop: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.args = list(self.args)
+        self.name = self.name or Path(self.args[0]).name
+        if self.env is not None:
+            self.env = dict(self.env)
 
     # --- starting
 
