@@ -4,7 +4,7 @@
 #
 #   docker build -t informer-bus:0.1.0 .
 #
-# No Docker engine runs where this project is developed: tests/deploy/test_dockerfile.py checks
+# No Docker engine runs where this project is developed: tests/app/deploy/test_dockerfile.py checks
 # this file statically and runs its HEALTHCHECK command against a live service.
 
 # --- build: wheels for the project and its dependencies, so the final stage needs no compiler

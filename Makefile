@@ -69,19 +69,20 @@ bench: install
 bench-core: install
 	$(BIN)/python bench/core.py
 
-# Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang); the short ones run in
-# `make test` (tests/chaos). Exits 1 when a promise broke. docs/reliability.md has the results.
+# Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang) from bench/chaos; the short
+# ones run in `make test` (tests/pipeline/test_chaos_*.py). Exits 1 when a promise broke.
+# docs/reliability.md has the results.
 chaos: install
-	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 # Churn through the whole pipeline with processor p2 restarted every 10 s (SIGTERM / kill -9):
-# RSS per process, lag and losses (tests/soak). `make test` runs an 18 s version at 500/s.
+# RSS per process, lag and losses (bench/soak). `make test` runs an 18 s version at 500/s.
 # Exits 1 when a rule broke; SOAK_ARGS='--keep DIR' keeps logs and samples.csv.
 soak: install
-	$(BIN)/python -m tests.soak --seconds 1800 --rate 2000 $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --seconds 1800 --rate 2000 $(SOAK_ARGS)
 
 soak-short: install
-	$(BIN)/python -m tests.soak --seconds 60 --rate 2000 $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --seconds 60 --rate 2000 $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .import_linter_cache

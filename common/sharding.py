@@ -36,7 +36,7 @@ def shard_for(key: str, shard_count: int) -> int:
     * MD5 / SHA-1 (first 8 bytes): 0.65-0.68 µs, no better spread.
 
     The 2**64 range makes the modulo bias negligible (at most ``shard_count / 2**64``).
-    Changing the hash re-shards every object: ``tests/test_sharding.py`` pins known answers.
+    Changing the hash re-shards every object: ``tests/common/test_sharding.py`` pins known answers.
 
     Raises ``ValueError`` unless ``shard_count`` is an ``int`` >= 1.
     """

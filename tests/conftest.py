@@ -19,8 +19,11 @@ from tests.support.redis_server import RedisServer
 
 socket_origins.install()
 
+pytest_plugins = ["tests.support.simulator"]
+
 # No Hypothesis deadline: a timed assertion, and on a loaded 2-core machine a 0.1 ms example
-# can take 250 ms once (seen in tests/processor/test_assignment.py). Per-test timeouts remain.
+# can take 250 ms once (seen in tests/processor/ownership/test_assignment.py). Per-test timeouts
+# remain.
 settings.register_profile("informer-bus", deadline=None)
 settings.load_profile("informer-bus")
 

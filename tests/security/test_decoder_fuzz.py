@@ -1,7 +1,7 @@
 """The two decoders that read what others wrote -- stream entries (:mod:`common.wire`) and watch
 lines (:mod:`reflector_svc.kube`) -- against hostile input.
 
-tests/test_wire.py already fuzzes envelopes with short arbitrary bytes, mutations of valid
+tests/common/test_wire.py already fuzzes envelopes with short arbitrary bytes, mutations of valid
 entries and wrong field values; this adds whole field mappings, arbitrary JSON documents, deep
 nesting and huge inputs, and the same for watch lines. The contract: only the typed error
 escapes (``WireDecodeError``; for a watch stream nothing is raised while lines are parsed: a bad

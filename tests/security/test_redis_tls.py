@@ -28,8 +28,9 @@ from tests.security.conftest import (
     REFLECTOR_PASSWORD,
     TlsRedisServer,
 )
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
 from tests.support.cli import one_line_error, run_command
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 REFLECTOR = [sys.executable, "-m", "reflector_svc"]
@@ -79,10 +80,10 @@ def test_the_pipeline_runs_over_tls_as_acl_users_with_only_their_minimal_acl(
                 for o in processor.lister.list()
             }
 
-        wait_until(processor.is_synced, 20, message="the processor synced over TLS")
-        wait_until(lambda: cache() == sim.ground_truth("pods"), 20, message="cache == API")
+        wait_until(processor.is_synced, 20, what="the processor synced over TLS")
+        wait_until(lambda: cache() == sim.ground_truth("pods"), 20, what="cache == API")
         sim.churn(rate=300, seconds=0.8, seed=8)
-        wait_until(lambda: cache() == sim.ground_truth("pods"), 20, message="cache follows churn")
+        wait_until(lambda: cache() == sim.ground_truth("pods"), 20, what="cache follows churn")
         users = {client["user"] for client in tls_admin.client_list()}
         assert {"reflector", "processor"} <= users <= {"reflector", "processor", "default"}
     finally:

@@ -18,8 +18,9 @@ import redis
 
 from informer_bus.apiserver_sim import Simulator
 from tests.security.conftest import PROCESSOR_PASSWORD, REFLECTOR_PASSWORD, TlsRedisServer
-from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, wait_until
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import run_command
+from tests.support.waiting import wait_until
 
 SHARDS = 4
 HANDLER = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
@@ -65,15 +66,15 @@ def test_passwords_from_a_file_or_the_environment_never_reach_logs_or_metrics(
         reflector.start()
         processor.start()
         bus = Bus(tls_admin, "pods", shard_count=SHARDS)
-        wait_until(bus.synced, 20, message="the reflector synced over TLS")
-        wait_until(lambda: processor.probe("/readyz") == 200, 20, message="the processor ready")
+        wait_until(bus.synced, 20, what="the reflector synced over TLS")
+        wait_until(lambda: processor.probe("/readyz") == 200, 20, what="the processor ready")
         pages += [metrics_page(reflector), metrics_page(processor)]
         # Redis goes away under both (connection errors, retries), then comes back empty.
         tls_redis.stop()
         time.sleep(1.5)
         tls_redis.start()
-        wait_until(bus.synced, 30, message="the reflector synced again after the restart")
-        wait_until(lambda: processor.probe("/readyz") == 200, 30, message="the processor again")
+        wait_until(bus.synced, 30, what="the reflector synced again after the restart")
+        wait_until(lambda: processor.probe("/readyz") == 200, 30, what="the processor again")
         pages += [metrics_page(reflector), metrics_page(processor)]
         denied = [entry for entry in tls_admin.acl_log() if entry["reason"] != "auth"]
         assert denied == [], "after a restart the services need more than their minimal ACL"
@@ -107,7 +108,7 @@ def test_a_password_in_the_command_line_url_works_but_is_warned_about_once(
     )
     try:
         reflector.start()
-        wait_until(Bus(tls_admin, "pods", shard_count=SHARDS).synced, 20, message="synced")
+        wait_until(Bus(tls_admin, "pods", shard_count=SHARDS).synced, 20, what="synced")
         page = metrics_page(reflector)
         assert reflector.terminate() == 0
     finally:

@@ -24,8 +24,9 @@ from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import REDACTED
-from tests.support.bus import Bus, wait_until
+from tests.support.bus import Bus
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 SHARDS = 2
 HANDLER = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
@@ -97,13 +98,13 @@ def test_stream_content_that_names_a_module_never_causes_an_import(
     try:
         wait_until(
             lambda: processor.lister.get_by_key("default/hostile") is not None, 20,
-            message="the processor cached the object that names a module",
+            what="the processor cached the object that names a module",
         )  # fmt: skip
         sim.update("pods", "default/hostile", {"metadata": {"labels": {"handler": reference}}})
         wait_until(
             lambda: (processor.lister.get_by_key("default/hostile") or {})
             .get("metadata", {}).get("labels", {}).get("handler") == reference, 20,
-            message="the processor applied the update that names a module",
+            what="the processor applied the update that names a module",
         )  # fmt: skip
     finally:
         processor.stop()
@@ -141,10 +142,10 @@ def test_secret_values_reach_redis_only_when_explicitly_allowed(
     source = reflector(sim, redis_server.url, "secrets", allow_secret_data=allowed)
     try:
         bus = Bus(redis_client, "secrets", shard_count=SHARDS)
-        wait_until(lambda: bus.synced() and bus.length() > 0, 20, message="secrets published")
+        wait_until(lambda: bus.synced() and bus.length() > 0, 20, what="secrets published")
         entries = bus.all_entries()
         sim.update("secrets", "default/db", {"data": {"password": SECRET_VALUE, "user": "YQ=="}})
-        wait_until(lambda: len(bus.all_entries()) > len(entries), 20, message="update published")
+        wait_until(lambda: len(bus.all_entries()) > len(entries), 20, what="update published")
     finally:
         source.stop()
     data = [entry.envelope.obj["data"] for entry in bus.all_entries() if entry.envelope.obj]

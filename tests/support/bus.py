@@ -7,7 +7,6 @@
   :func:`duplicate_problems`, :func:`order_problems`, :func:`known_state_problems`,
   :func:`history_problems` (published deltas against the API server's event history) and
   :func:`republish_problems` (nothing unchanged re-published after a restart).
-* :func:`wait_until`: poll a condition with a generous timeout instead of sleeping.
 * :class:`ReflectorProcess` and :class:`ProcessorProcess`: ``python -m reflector_svc`` /
   ``python -m processor_svc`` as a child process with its log in a file, for kill -9 / SIGSTOP
   / SIGTERM tests.
@@ -25,10 +24,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Self
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope
 from informer_bus.child_process import ChildProcess
+from tests.support.waiting import wait_until
 
 __all__ = [
     "Bus",
@@ -50,35 +50,12 @@ __all__ = [
     "known_state_problems",
     "order_problems",
     "republish_problems",
-    "wait_until",
 ]
 
-T = TypeVar("T")
 
 History = Mapping[str, Sequence[tuple[str, str]]]
 """Per key, in order: ``(type, rv)`` with the delta type's client-go spelling (``Added``,
 ``Updated``, ``Deleted``), e.g. an API server's watch events mapped to deltas."""
-
-
-def wait_until(
-    predicate: Callable[[], T | None],
-    timeout: float,
-    interval: float = 0.05,
-    message: str | Callable[[], str] = "condition",
-) -> T:
-    """Call ``predicate`` every ``interval`` seconds until it returns something truthy (returned)
-    or ``timeout`` seconds passed (``AssertionError`` naming ``message`` and the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(
-                f"timed out after {timeout} s waiting for {text} (last: {value!r})"
-            )
-        time.sleep(interval)
 
 
 # --- reading the bus -------------------------------------------------------------------------
@@ -478,7 +455,7 @@ class ServiceProcess:
             match = _PROBES.search(self.log())
             return match.group(1) if match else None
 
-        return wait_until(found, timeout, message=f"the {self.what} to serve its probes")
+        return wait_until(found, timeout, what=f"the {self.what} to serve its probes")
 
     def probe(self, path: str = "/readyz") -> int:
         """The HTTP status of one of its probes."""

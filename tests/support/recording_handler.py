@@ -1,9 +1,18 @@
-"""A handler that records every call, for processor chaos tests.
+"""Handlers that record every call they get, for the tests that check what handlers saw.
 
-``python -m processor_svc --handler tests.support.recording_handler:Recorder`` (with
-``/work/main`` as the working directory, or on ``PYTHONPATH``). :class:`Recorder` is a factory
-(it takes the :class:`~processor_svc.handlers.HandlerContext`) and appends one JSON line per
-call to the file named by ``IB_RECORD_FILE``:
+* :class:`Recorder`: in the test's own process (a shard worker, a dispatcher or a processor
+  service started by the test), the calls in memory in call order; it can hold every call on a
+  ``gate``, sleep ``delay`` seconds in each, or raise.
+* :class:`FileRecorder`: in a processor child process, for the chaos tests, one JSON line per
+  call in a file, with the shard's lease as read at the start of the call.
+
+Both record the same facts per call: the kind (``add`` / ``update`` / ``delete``), the key, the
+resourceVersion(s), the initial-list flag of an add and whether a deletion was a tombstone.
+
+``python -m processor_svc --handler tests.support.recording_handler:FileRecorder`` (with
+``/work/main`` as the working directory, or on ``PYTHONPATH``). :class:`FileRecorder` is a
+factory (it takes the :class:`~processor_svc.handlers.HandlerContext`) and appends one JSON line
+per call to the file named by ``IB_RECORD_FILE``:
 
 ``t`` / ``end``
     ``time.time()`` when the call started / when it was about to return.
@@ -21,7 +30,7 @@ call to the file named by ``IB_RECORD_FILE``:
     the shard's lease, so ``mine`` must always be true, and ``epoch`` tells the ownership
     periods of a shard apart (every acquisition gets a new, higher epoch).
 ``lease_read``, ``unread_since``
-    ``True`` and ``null`` here. :class:`tests.chaos.recorder.OutageRecorder`, which records
+    ``True`` and ``null`` here. :class:`bench.chaos.recorder.OutageRecorder`, which records
     through Redis outages, sets them when the lease could not be read (see there).
 
 Each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor before the call
@@ -35,7 +44,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -45,7 +56,7 @@ from common.redis_config import redis_client
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for
 
-__all__ = ["Recorder"]
+__all__ = ["Event", "FileRecorder", "Recorder"]
 
 
 def _rv(obj: Obj | None) -> str:
@@ -54,8 +65,68 @@ def _rv(obj: Obj | None) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+Event = tuple[Any, ...]
+"""What a :class:`Recorder` saw: ``("add", key, rv, initial)``, ``("update", key, old_rv,
+new_rv)``, ``("delete", key, rv, is_tombstone)`` (a tombstone's rv: its last known state's, or
+``""``)."""
+
+
+@dataclass
 class Recorder:
-    """Records every handler call; see the module docstring."""
+    """Records every handler call in :attr:`events`; optionally blocks on ``gate``, sleeps
+    ``delay`` seconds or raises (after recording the call). Appending is one list operation,
+    so the worker threads of several shards may share one recorder."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+    fail: bool = False
+    delay: float = 0.0
+    events: list[Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    def _record(self, event: Event) -> None:
+        self.events.append(event)
+        if self.delay:
+            time.sleep(self.delay)
+        self.gate.wait()
+        if self.fail:
+            raise RuntimeError(f"boom on {event[1]}")
+
+    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        self._record(("add", meta_namespace_key(obj), _rv(obj), is_in_initial_list))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self._record(("update", meta_namespace_key(new), _rv(old), _rv(new)))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        if isinstance(obj, DeletedFinalStateUnknown):
+            self._record(("delete", obj.key, _rv(obj.obj), True))
+        else:
+            self._record(("delete", meta_namespace_key(obj), _rv(obj), False))
+
+    def live(self) -> list[Event]:
+        """Everything but the initial list."""
+        return [e for e in self.events if not (e[0] == "add" and e[3])]
+
+    def initial(self) -> list[Event]:
+        return [e for e in self.events if e[0] == "add" and e[3]]
+
+    def per_key(self) -> dict[str, list[tuple[str, str, bool]]]:
+        """Per key, in call order: ``(kind, rv, flag)`` with the version the call left the key
+        at (an update's new one) and the add's initial-list flag or the deletion's tombstone
+        flag (``False`` for an update)."""
+        grouped: dict[str, list[tuple[str, str, bool]]] = {}
+        for kind, key, first, second in list(self.events):
+            if kind == "update":
+                grouped.setdefault(key, []).append((kind, second, False))
+            else:
+                grouped.setdefault(key, []).append((kind, first, second))
+        return grouped
+
+
+class FileRecorder:
+    """Records every handler call in ``IB_RECORD_FILE``; see the module docstring."""
 
     def __init__(self, context: Any) -> None:
         settings = context.settings
