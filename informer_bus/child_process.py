@@ -363,23 +363,13 @@ class ChildProcess:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        if self.running:
-            self._process.kill()
-            self.killed = True
-        status = self._process.wait()
-        self.close()
-        return status
+        return self.kill()
 
     def kill(self) -> int | None:
-        """SIGKILL (kill -9, which also ends a stopped process), reap, close everything."""
-        if self._process is None:
-            return None
-        if self.running:
-            self._process.kill()
-            self.killed = True
-        status = self._process.wait()
+        """SIGKILL if it still runs (kill -9, which also ends a stopped process), reap, close
+        everything (:meth:`close`). Its exit status (``None`` if it was never started)."""
         self.close()
-        return status
+        return None if self._process is None else self._process.returncode
 
     def close(self) -> None:
         """Leave nothing behind: kill it if it still runs, reap it, join the reader, close the
