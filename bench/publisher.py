@@ -40,7 +40,8 @@ from common.keys import meta_namespace_key
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for
 from common.wire import FIELD, DeltaEnvelope, encode_envelope
-from reflector_svc.publisher import PendingDelta, ShardPublisher, _Call
+from reflector_svc.publish_records import PendingDelta
+from reflector_svc.publisher import ShardPublisher, _Call
 from tests.support.redis_server import RedisServer
 
 RESOURCE = "pods"

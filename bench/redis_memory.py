@@ -55,7 +55,8 @@ from common.deltas import Delta, DeltaType
 from common.keys import Obj
 from common.wire import DeltaEnvelope, encode_envelope
 from processor_svc.shard import GROUP
-from reflector_svc.publisher import PendingDelta, ShardPublisher
+from reflector_svc.publish_records import PendingDelta
+from reflector_svc.publisher import ShardPublisher
 from reflector_svc.retention import RetentionLoop
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import build_transform

@@ -501,6 +501,16 @@ class ReflectorRun:
     list_seconds: float
     wall_seconds: float
     burst_seconds: float
+    list_cpu_seconds: float
+    """CPU (user + system) the reflector process used from spawn to synced."""
+    burst_cpu_seconds: float
+    """CPU the reflector process used from the burst's start until all of it was in Redis."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a (Linux) process has used so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class PySpy:
@@ -547,6 +557,7 @@ def reflector_run(
             alive=child.check_alive,
         )
         spy.stop()
+        list_cpu = cpu_seconds(child.pid)
         if not child.listing:
             raise BenchError(f"no 'leading ... listing' log line; log:\n{child.log_tail()}")
         entries, synced = stream_entries(client), synced_shards(client)
@@ -557,6 +568,7 @@ def reflector_run(
             )
         sim.wait_watching(alive=child.check_alive)
         before = last_ids(client)
+        cpu_before = cpu_seconds(child.pid)
         spy.start(child.pid, "burst")
         sim.burst(burst, seed)
         wait_for(
@@ -565,6 +577,7 @@ def reflector_run(
             _timeout(burst),
             alive=child.check_alive,
         )
+        burst_cpu = cpu_seconds(child.pid) - cpu_before
         spy.stop()
         if (entries := stream_entries(client)) != pods + burst:
             raise BenchError(f"{entries - pods} stream entries for a burst of {burst}")
@@ -572,6 +585,8 @@ def reflector_run(
             list_seconds=child.synced - child.listing,
             wall_seconds=child.synced - child.spawned,
             burst_seconds=burst_span(client, before),
+            list_cpu_seconds=list_cpu,
+            burst_cpu_seconds=burst_cpu,
         )
     finally:
         spy.stop()
@@ -683,12 +698,22 @@ def measure_fast(
     for name, path in spy.files.items():
         print_profile(name, path)
     best = min(runs, key=lambda run: run.list_seconds)
-    wall = {"wall_seconds_from_spawn": round(best.wall_seconds, 3)}
+    wall = {
+        "wall_seconds_from_spawn": round(best.wall_seconds, 3),
+        "cpu_us_per_event": round(1e6 * best.list_cpu_seconds / sizes.pods, 2),
+    }
+    best_burst = min(runs, key=lambda run: run.burst_seconds)
+    burst_cpu = {
+        "cpu_us_per_event": round(1e6 * best_burst.burst_cpu_seconds / sizes.burst, 2),
+        "cpu_us_per_event_runs": [
+            round(1e6 * run.burst_cpu_seconds / sizes.burst, 2) for run in runs
+        ],
+    }
     return [
         Measurement(REFLECTOR, LIST, sizes.pods, best.list_seconds,
                     [run.list_seconds for run in runs], wall),
-        Measurement(REFLECTOR, BURST, sizes.burst, min(run.burst_seconds for run in runs),
-                    [run.burst_seconds for run in runs]),
+        Measurement(REFLECTOR, BURST, sizes.burst, best_burst.burst_seconds,
+                    [run.burst_seconds for run in runs], burst_cpu),
         Measurement(BARE, LIST, sizes.pods, min(bare_lists), bare_lists),
         Measurement(BARE, BURST, sizes.burst, min(bare_bursts), bare_bursts),
     ]  # fmt: skip
@@ -818,6 +843,7 @@ def print_table(report: dict[str, Any]) -> None:
 
 def notes(results: list[Measurement], sizes: Sizes, profiled: bool) -> list[str]:
     ours = next(m for m in results if m.reader == REFLECTOR and m.workload == LIST)
+    burst = next(m for m in results if m.reader == REFLECTOR and m.workload == BURST)
     text = [
         "ib ratio = informer-bus reflector events/s / that reader's events/s, same workload; "
         "target = the minimum ratio issue 4 asks for.",
@@ -826,6 +852,10 @@ def notes(results: list[Measurement], sizes: Sizes, profiled: bool) -> list[str]
         f"published, all {SHARDS} shard checkpoints synced; stream entries counted in Redis); "
         f"from spawn, with interpreter start-up and imports: "
         f"{ours.extra['wall_seconds_from_spawn']:.2f} s.",
+        "reflector CPU per event (user + system of its process, every thread): initial list "
+        f"{ours.extra['cpu_us_per_event']:.1f} us (from spawn), watch burst "
+        f"{burst.extra['cpu_us_per_event']:.1f} us (best-rate round; all rounds: "
+        f"{', '.join(f'{c:.1f}' for c in burst.extra['cpu_us_per_event_runs'])}).",
         "SharedInformer lists with ONE unpaginated LIST (that is how it works); timed until its "
         "ADDED handlers saw every pod.",
         "watch burst: the simulator holds the watch streams, generates the burst flat out, then "

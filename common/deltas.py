@@ -1,24 +1,29 @@
-"""Deltas: what changed about one object, and the DeltaFIFO rules that produce them.
+"""Deltas: what changed about one object, and the rules that decide which are published.
 
-client-go's DeltaFIFO is a queue *and* a set of rules: which deltas a relist produces, when two
-deletions collapse into one, when a deletion is dropped. In informer-bus the queue is a Redis
-stream, so the rules live here as pure functions that the reflector (which writes deltas) and
-the tests (which check them) share. Nothing here locks or blocks. Reference:
-client-go-semantics.md section 2.
+client-go's DeltaFIFO is a queue *and* a set of rules: which deltas a relist produces, when a
+deletion is dropped, when a delta is already known. In informer-bus the queue is a Redis
+stream per shard, so the rules are split by where they run (reference: client-go-semantics.md
+section 2):
 
-Two relist rules exist, on purpose:
+* :func:`relist_diff` is what the reflector publishes after a LIST (instead of client-go's
+  ``Replace``, which re-announces every unchanged object as ``Replaced``: the relist storm):
+  only real changes, and tombstones for vanished keys.
+* What a shard already has is decided inside Redis, atomically, by the publish script
+  (``common.redis_layout.publish_scripts.PUBLISH_LUA``): that Lua is the source of truth.
+  :func:`publish_is_skipped` states the same rules in Python, for readers and for in-memory
+  sinks; ``tests/reflector/publisher/test_publish_rules.py`` runs random delta sequences through
+  both (the real Lua on a real redis-server) and requires the same decisions.
 
-* :func:`replace_deltas` is client-go's ``DeltaFIFO.Replace``: every listed object is queued as
-  ``Replaced``. Correct, but it re-announces every unchanged object on every relist, which is
-  the relist storm our users suffer from.
-* :func:`relist_diff` is what the reflector publishes: it compares the fresh list with the known
-  resourceVersions and emits only real changes, with the same tombstones for vanished keys.
+client-go's in-memory queue rules (``Replace``, ``Resync``, the deletion dedup) have no
+counterpart: there is no in-memory queue here (a stream entry, once published, is what every
+consumer reads), and a second deletion of a key is skipped because the first made it unknown.
+Nothing here locks or blocks.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
@@ -27,14 +32,10 @@ __all__ = [
     "Delta",
     "DeltaType",
     "KeyedDelta",
-    "append_delta",
     "compare_resource_versions",
-    "dedup_deltas",
-    "delete_is_dropped",
+    "publish_is_skipped",
     "relist_diff",
-    "replace_deltas",
     "resource_version",
-    "resync_deltas",
 ]
 
 
@@ -77,91 +78,48 @@ def compare_resource_versions(a: str, b: str) -> int | None:
 
     Kubernetes calls resourceVersions opaque, but every etcd-backed apiserver issues increasing
     integers (etcd revisions). We compare them only to recognise what is already known, never
-    to order events, and treat anything that is not a plain integer as incomparable.
+    to order events, and treat anything that is not a plain (ASCII) integer as incomparable,
+    exactly as the publish script does: ``"007"`` and ``"7"`` are the same version.
     """
     if a == b:
         return 0
-    if not (a.isdigit() and b.isdigit()):
+    if not (_is_decimal(a) and _is_decimal(b)):
         return None
-    return -1 if int(a) < int(b) else 1
+    x, y = int(a), int(b)
+    return 0 if x == y else -1 if x < y else 1
 
 
-def dedup_deltas(deltas: Sequence[Delta]) -> list[Delta]:
-    """Collapse the two newest deltas when both are deletions (reference 2.3).
+def _is_decimal(text: str) -> bool:
+    """An unsigned decimal integer in ASCII digits (``str.isdigit`` also takes ``"²"``)."""
+    return text.isascii() and text.isdigit()
 
-    A real deletion carries the object's final state, which is better than a tombstone's guess:
-    keep the older one unless it is a tombstone, then keep the newer. Nothing else is ever
-    merged, because every other delta carries state a handler may need.
+
+def publish_is_skipped(
+    delta_type: DeltaType, rv: str, known: str | None, *, replay_below: str | None = None
+) -> bool:
+    """Whether a shard that knows ``known`` (the key's published resourceVersion, ``None`` when
+    the key is unknown) skips a delta at ``rv``: the publish script's rules, in its order.
+
+    1. Checkpoint rule: with ``replay_below`` (the shard's checkpoint, passed for batches that
+       move it, i.e. watch batches) an upsert at or below it is a replay.
+    2. Per-key rules: an upsert is skipped when ``known`` is at least ``rv`` (equal when they
+       are not both integers); a deletion when the key is unknown (nobody saw the object:
+       reference 2.4, and a second deletion of a key), or when ``known`` is strictly newer
+       (a replayed deletion of an object re-created since).
     """
-    if len(deltas) < 2:
-        return list(deltas)
-    older, newer = deltas[-2], deltas[-1]
-    if older.type is not DeltaType.DELETED or newer.type is not DeltaType.DELETED:
-        return list(deltas)
-    kept = newer if isinstance(older.obj, DeletedFinalStateUnknown) else older
-    return [*deltas[:-2], kept]
-
-
-def append_delta(queued: Sequence[Delta], delta: Delta) -> list[Delta]:
-    """Append ``delta`` to one key's queued deltas, oldest first, applying the dedup rule."""
-    return dedup_deltas([*queued, delta])
-
-
-def delete_is_dropped(key: str, known: Mapping[str, object], queued: Mapping[str, object]) -> bool:
-    """A deletion of a key neither known nor queued is dropped (reference 2.4).
-
-    Nobody ever saw the object, so announcing its deletion would make handlers delete something
-    they never added.
-    """
-    return key not in known and key not in queued
-
-
-def _newest_state(deltas: Sequence[Delta]) -> Obj | None:
-    """The most recent object state among queued deltas, looking through tombstones."""
-    if not deltas:
-        return None
-    newest = deltas[-1].obj
-    return newest.obj if isinstance(newest, DeletedFinalStateUnknown) else newest
-
-
-def replace_deltas(
-    fresh: Iterable[Obj],
-    known: Mapping[str, Obj],
-    queued: Mapping[str, Sequence[Delta]],
-    key_func: KeyFunc = meta_namespace_key,
-) -> list[KeyedDelta]:
-    """client-go's ``DeltaFIFO.Replace`` as a pure function (reference 2.5).
-
-    ``known`` is what the consumer's store holds; ``queued`` is what is still waiting, per key.
-    Returns the deltas to append, in queueing order: ``Replaced`` for every listed object, then
-    a tombstone deletion for every queued key missing from the list (carrying its newest queued
-    state), then one for every known key missing from the list with nothing queued (carrying the
-    known object).
-    """
-    result: list[KeyedDelta] = []
-    listed: set[str] = set()
-    for obj in fresh:
-        key = key_func(obj)
-        listed.add(key)
-        result.append((key, Delta(DeltaType.REPLACED, obj)))
-    for key, deltas in queued.items():
-        if key in listed:
-            continue
-        tombstone = DeletedFinalStateUnknown(key, _newest_state(deltas))
-        result.append((key, Delta(DeltaType.DELETED, tombstone)))
-    for key, obj in known.items():
-        if key in listed or queued.get(key):
-            continue
-        result.append((key, Delta(DeltaType.DELETED, DeletedFinalStateUnknown(key, obj))))
-    return result
-
-
-def resync_deltas(
-    known: Mapping[str, Obj], queued: Mapping[str, Sequence[Delta]]
-) -> list[KeyedDelta]:
-    """client-go's ``DeltaFIFO.Resync`` (reference 2.6): ``Sync`` every known key with nothing
-    queued. A key with queued deltas is skipped because those deltas are newer than the store."""
-    return [(key, Delta(DeltaType.SYNC, obj)) for key, obj in known.items() if not queued.get(key)]
+    deletion = delta_type is DeltaType.DELETED
+    if (
+        not deletion
+        and replay_below is not None
+        and _is_decimal(rv)
+        and _is_decimal(replay_below)
+        and int(rv) <= int(replay_below)
+    ):
+        return True
+    if known is None:
+        return deletion
+    order = compare_resource_versions(known, rv)
+    return order == 1 if deletion else order in (0, 1)
 
 
 def relist_diff(

@@ -14,7 +14,7 @@ from common.plugins import PluginError
 from common.redis_config import redacted_url
 from common.service_runner import fail, name_failures_in_logs, prepare_service, run_until_signalled
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
-from reflector_svc.kube import KubeError
+from reflector_svc.api_errors import KubeError
 from reflector_svc.resources import ResourceSpec, UnknownResourceError
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reflector_svc.publisher import PendingDelta
+from reflector_svc.publish_records import PendingDelta
 
 __all__ = ["PublishPipeline"]
 
@@ -80,7 +80,8 @@ class PublishPipeline:
         with self._cond:
             while self._queued_deltas >= self._max_queued and self._error is None:
                 self._cond.wait()
-            self._raise_error_locked()
+            if self._error is not None:
+                raise self._error
             self._queue.append(_Batch(deltas, checkpoint_rv, progress_rv))
             self._queued_deltas += len(deltas)
             self._cond.notify_all()
@@ -90,7 +91,8 @@ class PublishPipeline:
         with self._cond:
             while (self._queue or self._in_flight) and self._error is None:
                 self._cond.wait()
-            self._raise_error_locked()
+            if self._error is not None:
+                raise self._error
 
     def close(self) -> None:
         """Publish what is queued (unless publishing failed), then stop the thread."""
@@ -98,10 +100,6 @@ class PublishPipeline:
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
-
-    def _raise_error_locked(self) -> None:
-        if self._error is not None:
-            raise self._error
 
     def _take_locked(self) -> _Batch:
         """Merge queued batches, in order, up to ``batch_max`` deltas."""

@@ -9,7 +9,7 @@ one pipelined round trip (not a transaction: a transaction would need one slot, 
 atomicity plus idempotence is what makes a crash between two shards' writes safe).
 
 Why every write is idempotent, and what "already has it" means (the rules of
-:data:`PUBLISH_LUA`, in this order):
+:data:`~common.redis_layout.publish_scripts.PUBLISH_LUA`, in this order):
 
 1. **Checkpoint rule** (upserts in batches that move the checkpoint, i.e. watch batches): an
    upsert whose resourceVersion is at or below the shard's checkpoint ``rv`` is skipped. The
@@ -39,163 +39,26 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from common.deltas import DeltaType
-from common.redis_layout import ShardKeys
+from common.redis_layout import CHECKPOINT_FIELDS, ShardKeys
+from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
 from common.sharding import shard_for
-
-__all__ = [
-    "CHECKPOINT_LUA",
-    "PUBLISH_LUA",
-    "FencedError",
-    "PendingDelta",
-    "PublishResult",
-    "ResumePoint",
-    "ShardCheckpoint",
-    "ShardPublishResult",
-    "ShardPublisher",
-]
-
-# Shared by both scripts: exact comparison of unsigned decimal integers given as strings.
-_LUA_DIGITS: Final = r"""
-local function digits(s)
-  -- s without leading zeros when it is an unsigned decimal integer, else nil
-  if not s or not string.find(s, '^%d+$') then return nil end
-  local t = string.gsub(s, '^0+', '')
-  return t
-end
-local function cmp(a, b)
-  -- -1, 0, 1 for two results of digits(): longer is larger, same length compares bytewise
-  if #a ~= #b then return #a < #b and -1 or 1 end
-  if a == b then return 0 end
-  return a < b and -1 or 1
-end
-"""
-
-PUBLISH_LUA: Final = (
-    "#!lua\n"
-    + _LUA_DIGITS
-    + r"""
--- One shard's group of one batch.
--- KEYS: 1 stream, 2 versions, 3 objects, 4 checkpoint (one hash tag).
--- ARGV: 1 epoch, 2 '1' to set the checkpoint else '0', 3 checkpoint rv,
---       then per delta 4 values: kind ('U' upsert, 'D' deletion), key, rv, envelope.
--- Returns {0, fence} when fenced (nothing written), else {1, id_1, ..., id_n}: the stream ID
--- of each delta, '' for a skipped one.
-local stream, versions, objects, checkpoint = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local state = redis.call('HMGET', checkpoint, 'fence', 'rv')
-local fence = state[1] or '0'
-local order = cmp(digits(ARGV[1]), digits(fence) or '')
-if order < 0 then return {0, fence} end
-if order > 0 then redis.call('HSET', checkpoint, 'fence', ARGV[1]) end
-local moves = ARGV[2] == '1'
-local current = digits(state[2])
-local replay_below = nil
-if moves then replay_below = current end
-local out = {1}
-for i = 4, #ARGV, 4 do
-  local kind, key, rv, envelope = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local n = digits(rv)
-  local skip = kind ~= 'D' and replay_below ~= nil and n ~= nil and cmp(n, replay_below) <= 0
-  if not skip then
-    local known = redis.call('HGET', versions, key)
-    if known then
-      local k = digits(known)
-      if kind == 'D' then
-        skip = k ~= nil and n ~= nil and cmp(k, n) > 0
-      elseif k ~= nil and n ~= nil then
-        skip = cmp(k, n) >= 0
-      else
-        skip = known == rv
-      end
-    else
-      skip = kind == 'D'
-    end
-  end
-  local id = ''
-  if not skip then
-    id = redis.call('XADD', stream, '*', 'd', envelope)
-    if kind == 'D' then
-      redis.call('HDEL', versions, key)
-      redis.call('HDEL', objects, key)
-    else
-      redis.call('HSET', versions, key, rv)
-      redis.call('HSET', objects, key, envelope)
-    end
-  end
-  out[#out + 1] = id
-end
-if moves then
-  local new = digits(ARGV[3])
-  if current == nil or new == nil or cmp(new, current) > 0 then
-    redis.call('HSET', checkpoint, 'rv', ARGV[3])
-  end
-end
-return out
-"""
+from reflector_svc.publish_records import (
+    FencedError,
+    PendingDelta,
+    PublishResult,
+    ResumePoint,
+    ShardPublishResult,
 )
-"""The publish script (see the module docstring for its rules). ``#!lua`` (Redis 7 shebang)
-makes Redis refuse the whole call up front under ``maxmemory`` pressure instead of failing at
-the first write inside it, so a call applies entirely or not at all; it also means the script
-may only touch the keys it declares."""
 
-CHECKPOINT_LUA: Final = (
-    "#!lua\n"
-    + _LUA_DIGITS
-    + r"""
--- Fenced checkpoint operations on one shard. KEYS: 1 checkpoint.
--- ARGV: 1 epoch, 2 op, 3 rv. op: 'fence' raise the fence; 'advance' rv = max(rv, ARGV[3]);
--- 'begin' relisting = 1; 'finish' rv = synced_rv = ARGV[3], relisting = 0, synced_at = now
--- (ms, Redis clock: when the last relist finished, for `informer-bus status`).
--- Returns {0, fence} when a newer epoch fenced the shard (nothing written), else {1}.
-local checkpoint, op = KEYS[1], ARGV[2]
-local fence = redis.call('HGET', checkpoint, 'fence') or '0'
-local order = cmp(digits(ARGV[1]), digits(fence) or '')
-if order < 0 then return {0, fence} end
-if order > 0 then redis.call('HSET', checkpoint, 'fence', ARGV[1]) end
-if op == 'advance' then
-  local current = digits(redis.call('HGET', checkpoint, 'rv'))
-  local new = digits(ARGV[3])
-  if current == nil or new == nil or cmp(new, current) > 0 then
-    redis.call('HSET', checkpoint, 'rv', ARGV[3])
-  end
-elseif op == 'begin' then
-  redis.call('HSET', checkpoint, 'relisting', '1')
-elseif op == 'finish' then
-  local now = redis.call('TIME')
-  local now_ms = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
-  redis.call('HSET', checkpoint, 'rv', ARGV[3], 'synced_rv', ARGV[3], 'relisting', '0',
-             'synced_at', now_ms)
-elseif op ~= 'fence' then
-  return redis.error_reply('unknown checkpoint op ' .. op)
-end
-return {1}
-"""
-)
-"""Fenced writes of a shard's checkpoint hash; every op also raises the fence to the caller's
-epoch when that is newer (the fence is "the highest leader epoch seen")."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingDelta:
-    """One delta ready to publish: routing and dedup facts beside the encoded envelope.
-
-    ``resource_version`` is the envelope's: the object's RV, the deletion's RV for a watched
-    deletion, the last known object's RV for a relist tombstone (``""`` when that is unknown).
-    ``envelope`` is :func:`common.wire.encode_envelope`'s output; for a deletion it carries the
-    final object or the tombstone's last object, which is what ``objects`` loses.
-    """
-
-    type: DeltaType
-    key: str
-    resource_version: str
-    envelope: bytes
+__all__ = ["ShardCheckpoint", "ShardPublisher"]
 
 
 @dataclass(frozen=True)
@@ -210,71 +73,6 @@ class ShardCheckpoint:
     """The list RV of the last completed relist."""
     relisting: bool
     """A relist diff was started and not finished: the known state may be half-updated."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResumePoint:
-    """Where a (re)starting reflector continues: watch from ``resource_version`` unless
-    ``needs_relist`` (then list, diff against the known state, and finish the relist)."""
-
-    resource_version: str | None
-    needs_relist: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ShardPublishResult:
-    """What one shard's script call did with its group of a batch."""
-
-    shard: int
-    stream_ids: tuple[str | None, ...]
-    """Per delta of the group, in order: its new stream ID, or ``None`` when skipped."""
-
-    @property
-    def published(self) -> int:
-        """Deltas appended to the stream."""
-        return sum(1 for stream_id in self.stream_ids if stream_id is not None)
-
-    @property
-    def skipped(self) -> int:
-        """Deltas the shard already had (replays, stale versions, unknown deletions)."""
-        return len(self.stream_ids) - self.published
-
-
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """What a :meth:`ShardPublisher.publish` call did, per touched shard and in total."""
-
-    shards: Mapping[int, ShardPublishResult]
-    published_by_type: Mapping[DeltaType, int] = field(default_factory=dict)
-    """Published (not skipped) deltas per type, for the "deltas published by type" metric."""
-
-    @property
-    def published(self) -> int:
-        """Deltas appended, over all shards."""
-        return sum(result.published for result in self.shards.values())
-
-    @property
-    def skipped(self) -> int:
-        """Deltas skipped as already published, over all shards."""
-        return sum(result.skipped for result in self.shards.values())
-
-
-class FencedError(Exception):
-    """A write was refused: a newer leader epoch fenced the shard. The caller must step down.
-
-    Other shards of the same call may have been written (each shard is atomic on its own, and
-    every write is idempotent), which is harmless: the new leader resumes from the lowest
-    checkpoint and skips what is there.
-    """
-
-    def __init__(self, shard: int, epoch: int, fence: int) -> None:
-        super().__init__(f"shard {shard} is fenced at epoch {fence}; this writer has epoch {epoch}")
-        self.shard = shard
-        self.epoch = epoch
-        self.fence = fence
-
-
-_CHECKPOINT_FIELDS: Final = ("rv", "fence", "synced_rv", "relisting")
 
 
 class ShardPublisher:
@@ -406,7 +204,7 @@ class ShardPublisher:
         """Every shard's checkpoint, index = shard (one round trip)."""
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
-            pipe.hmget(keys.checkpoint, _CHECKPOINT_FIELDS)
+            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
         checkpoints = []
         for rv, fence, synced_rv, relisting in pipe.execute():
             checkpoints.append(

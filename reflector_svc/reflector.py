@@ -14,7 +14,8 @@ This is client-go's Reflector (reference section 1) with two changes that matter
   after the events before it (as client-go's decoder does); the reflector counts and logs it,
   waits a moment and re-watches from the last event it published, so the server sends the
   rest again and nothing is lost or repeated. Only a position that keeps failing
-  (:data:`BAD_LINE_RELIST_AFTER` times in a row) is relisted, with the relist backoff.
+  (:data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row) is relisted, with
+  the relist backoff (:mod:`reflector_svc.bad_lines`).
 
 Every publish goes through the shard publisher, which is fenced by this replica's leader epoch
 and idempotent per key, so a crash or a failover at any point neither loses nor repeats a delta.
@@ -28,67 +29,43 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 import redis
 
 from common.backoff import Backoff
-from common.deltas import Delta, DeltaType, relist_diff, resource_version
-from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj, meta_namespace_key
-from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, encode_envelope
-from reflector_svc.kube import (
+from common.deltas import relist_diff, resource_version
+from common.keys import Obj
+from common.wire import WireDecodeError, decode_envelope
+from reflector_svc.api_errors import (
     ApiUnavailableError,
     KubeError,
-    ListPage,
     MalformedWatchEventError,
     ResourceExpiredError,
     TooLargeResourceVersionError,
     TooManyRequestsError,
-    WatchEvent,
     WatchInactiveError,
     WatchListUnsupportedError,
 )
+from reflector_svc.bad_lines import BadLinePolicy
+from reflector_svc.delta_builder import DeltaBuilder
 from reflector_svc.metrics import ReflectorMetrics
+from reflector_svc.pager import ContinueExpiredError, ListInterruptedError, follow_pages
 from reflector_svc.pipeline import PublishPipeline
-from reflector_svc.publisher import FencedError, PendingDelta, PublishResult, ResumePoint
-from reflector_svc.settings import ReflectorSettings
+from reflector_svc.publish_records import FencedError, PendingDelta, PublishResult, ResumePoint
 from reflector_svc.transform import Transform
+from reflector_svc.watch_events import INITIAL_EVENTS_END, ListPage, WatchEvent
 
 __all__ = [
-    "BAD_LINE_RELIST_AFTER",
-    "BAD_LINE_REWATCH_DELAY",
     "DeltaSink",
     "ListerWatcher",
     "Reflector",
+    "ReflectorOptions",
     "WatchStream",
 ]
 
 log = logging.getLogger(__name__)
-
-BAD_LINE_RELIST_AFTER = 3
-"""Bad-line failures in a row at one resourceVersion (no event or bookmark got past it) after
-which the reflector relists instead of re-watching.
-
-client-go re-watches after a decoding error only when ``MaxInternalErrorRetryDuration`` is set
-(the apiserver's own watch cache sets 30 s), and otherwise relists at once. We always re-watch,
-and bound it by position rather than by time: a re-watch is cheap (the server replays from its
-watch cache only what came after the RV) while a relist of a big resource is the most
-expensive call there is. Once is bad luck (a line cut or corrupted on the way); twice at the
-same RV can still be bad luck, since the replay crosses the same path; a third time the
-server's copy of that next event is what cannot be read, re-watching will never get past it,
-and only a LIST (the current state, not the history) can. Three costs two short waits.
-"""
-BAD_LINE_REWATCH_DELAY = 0.1
-"""Seconds before re-watching after a bad line, jittered in ``[d, 2d)`` and doubled for each
-failure in a row at the same position: enough not to hammer a server that is sending garbage,
-far below the relist backoff (0.8 s doubling to 30 s), which these never advance."""
-
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-_EVENT_TYPES = {
-    "ADDED": DeltaType.ADDED,
-    "MODIFIED": DeltaType.UPDATED,
-    "DELETED": DeltaType.DELETED,
-}
 
 
 class WatchStream(AbstractContextManager["WatchStream"], Protocol):
@@ -100,13 +77,14 @@ class WatchStream(AbstractContextManager["WatchStream"], Protocol):
 
 
 class ListerWatcher(Protocol):
-    """The reflector's view of the Kubernetes API (``reflector_svc.kube.KubeSource``)."""
+    """The reflector's view of the Kubernetes API
+    (:class:`reflector_svc.lister_watcher.KubeSource`; in tests
+    ``tests/support/fake_source.py``)."""
 
     def list_page(
         self,
         *,
         resource_version: str | None,
-        resource_version_match: str | None,
         limit: int,
         continue_token: str | None,
         timeout: float,
@@ -116,15 +94,17 @@ class ListerWatcher(Protocol):
         self,
         *,
         resource_version: str | None,
+        send_initial_events: bool,
         timeout_seconds: int,
-        allow_bookmarks: bool = True,
-        send_initial_events: bool = False,
         inactivity_timeout: float,
-    ) -> WatchStream: ...
+    ) -> WatchStream:
+        """A watch with bookmarks (the reflector always wants them: they move its resume
+        point), from ``resource_version``, or a watch-list with ``send_initial_events``."""
 
 
 class DeltaSink(Protocol):
-    """The reflector's view of Redis (``reflector_svc.publisher.ShardPublisher``)."""
+    """The reflector's view of Redis (:class:`reflector_svc.publisher.ShardPublisher`; in tests
+    ``tests/support/fake_source.py``)."""
 
     def fence(self, epoch: int) -> None: ...
 
@@ -145,17 +125,33 @@ class DeltaSink(Protocol):
     def finish_relist(self, epoch: int, list_rv: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ReflectorOptions:
+    """What the ListAndWatch loop is tuned by, and nothing else of the configuration.
+
+    Built from the service's settings by ``reflector_svc.service.reflector_options``; the
+    meaning and the defaults of each value are the settings' (``ReflectorSettings``), so they
+    are said once, there. Seconds unless named otherwise.
+    """
+
+    page_size: int
+    watch_list: bool
+    """Try a streaming list (``sendInitialEvents``) before the paginated LIST."""
+    watch_timeout_min: int
+    watch_timeout_max: int
+    """Each watch asks the server for a timeout drawn from ``[min, max]``."""
+    inactivity_timeout: float
+    request_timeout: float
+    backoff_initial: float
+    backoff_max: float
+    backoff_reset: float
+    batch_max: int
+    checkpoint_interval: float
+    max_object_bytes: int
+
+
 class _RelistNeeded(Exception):
     """The watch ended in a way that means state may have been missed."""
-
-
-class _ContinueExpired(Exception):
-    """A continue token expired in the middle of a paginated LIST (reference 1.6)."""
-
-
-class _Interrupted(Exception):
-    """Stop was requested in the middle of a LIST: it is abandoned (the shards stay marked
-    ``relisting``, so whoever leads next lists again)."""
 
 
 class Reflector:
@@ -171,7 +167,7 @@ class Reflector:
         kind: str,
         source: ListerWatcher,
         sink: DeltaSink,
-        settings: ReflectorSettings,
+        options: ReflectorOptions,
         metrics: ReflectorMetrics,
         transform: Transform | None = None,
         rng: random.Random | None = None,
@@ -182,12 +178,14 @@ class Reflector:
         self.kind = kind
         self._source = source
         self._sink = sink
-        self._settings = settings
+        self._options = options
         self._metrics = metrics
-        self._transform = transform
         self._rng = rng or random.Random()
-        self._wall_clock = wall_clock
         self._monotonic = monotonic
+        bad_inputs = metrics.bad_input
+        self._deltas = DeltaBuilder(
+            resource, kind, transform, options.max_object_bytes, bad_inputs, wall_clock
+        )
         self._label = {"resource": resource}
         # The newest resourceVersion every shard has (events, bookmarks or a list): where the
         # next watch starts. None until known (then the first step is a list).
@@ -197,13 +195,11 @@ class Reflector:
         self._resume_from_redis = False
         # Set after a 410 / "too large" on LIST: the next list asks for the latest state ("").
         self._rv_unavailable = False
-        self._watch_list_supported = settings.watch_list
+        self._watch_list_supported = options.watch_list
         self._last_checkpoint_rv: str | None = None
         self._last_checkpoint_at = 0.0
         self._epoch = 0
-        # Where the last bad watch line stopped us, and how many in a row stopped us there.
-        self._bad_line_rv: str | None = None
-        self._bad_line_failures = 0
+        self._bad_lines = BadLinePolicy(self._rng)
         self._stop = threading.Event()
         self._stream_lock = threading.Lock()
         self._stream: WatchStream | None = None
@@ -246,9 +242,9 @@ class Reflector:
 
     def _run_loop(self) -> None:
         backoff = Backoff(
-            initial=self._settings.backoff_initial,
-            maximum=self._settings.backoff_max,
-            reset_after=self._settings.backoff_reset,
+            initial=self._options.backoff_initial,
+            maximum=self._options.backoff_max,
+            reset_after=self._options.backoff_reset,
             rng=self._rng,
             clock=self._monotonic,
         )
@@ -266,7 +262,7 @@ class Reflector:
             self._pipeline.close()
         self._pipeline = PublishPipeline(
             self._publish_now,
-            batch_max=self._settings.batch_max,
+            batch_max=self._options.batch_max,
             on_published=self._advance,
             name=f"publisher[{self.resource}]",
         )
@@ -281,7 +277,9 @@ class Reflector:
             self._list_and_watch()
         except FencedError:
             raise
-        except _Interrupted:
+        except ListInterruptedError:
+            # The LIST is abandoned: the shards stay marked ``relisting``, so whoever leads
+            # next lists again.
             return 0.0
         except TooManyRequestsError as exc:
             self._count_error("throttled")
@@ -357,7 +355,7 @@ class Reflector:
                 self._all_pages(first), known, snapshot_rv=first.resource_version
             )
             list_rv = first.resource_version
-        except _ContinueExpired:
+        except ContinueExpiredError:
             # 1.6: the continue token expired mid-list: one unpaginated LIST at the original RV,
             # diffed from scratch (what the first pages published stays valid: every publish
             # is idempotent per key, and the fresh diff sees it in the known state).
@@ -365,7 +363,7 @@ class Reflector:
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
             known = self._sink.known_versions()
             changes = self._publish_relist(
-                self._prepared(page.items), known, snapshot_rv=page.resource_version
+                self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
             )
             list_rv = page.resource_version
         self._finish_relist(list_rv, changes)
@@ -375,8 +373,7 @@ class Reflector:
         self._sink.finish_relist(self._epoch, list_rv)
         self._needs_list = False
         self._rv_unavailable = False
-        self._bad_line_rv = None
-        self._bad_line_failures = 0
+        self._bad_lines.reset()
         self._advance(list_rv)
         self._last_checkpoint_rv = list_rv
         self.synced.set()
@@ -399,17 +396,12 @@ class Reflector:
 
     def _all_pages(self, first: ListPage) -> Iterator[Obj]:
         """Every object of a consistent paginated LIST, starting from its first page."""
-        yield from self._prepared(first.items)
-        token = first.continue_token
-        while token:
-            if self._stop.is_set():  # shutdown or step-down: never finish a long list first
-                raise _Interrupted
-            try:
-                page = self._page(resource_version=None, continue_token=token)
-            except ResourceExpiredError as exc:
-                raise _ContinueExpired(str(exc)) from exc
-            yield from self._prepared(page.items)
-            token = page.continue_token
+
+        def next_page(token: str) -> ListPage:
+            return self._page(resource_version=None, continue_token=token)
+
+        for page in follow_pages(first, next_page, stopped=self._stop.is_set):
+            yield from self._deltas.prepared(page.items)
 
     def _first_page(self, resource_version: str) -> tuple[ListPage, str]:
         """The first page, and the resourceVersion it was finally asked at."""
@@ -432,35 +424,10 @@ class Reflector:
     ) -> ListPage:
         return self._source.list_page(
             resource_version=resource_version,
-            resource_version_match=None,
-            limit=self._settings.page_size if limit is None else limit,
+            limit=self._options.page_size if limit is None else limit,
             continue_token=continue_token,
-            timeout=self._settings.request_timeout,
+            timeout=self._options.request_timeout,
         )
-
-    def _prepared(self, items: Iterable[Obj]) -> Iterator[Obj]:
-        """Objects transformed and checked; unusable ones are logged, counted and skipped."""
-        for obj in items:
-            prepared = self._prepare(obj)
-            if prepared is not None:
-                yield prepared
-
-    def _prepare(self, obj: Obj) -> Obj | None:
-        try:
-            if self._transform is not None:
-                obj = self._transform(obj)
-            meta_namespace_key(obj)
-        except InvalidKeyError as exc:
-            self._bad_input("no_name", str(exc))
-            return None
-        except Exception as exc:  # a user transform that raises must not stop the resource
-            self._bad_input("transform_failed", f"{type(exc).__name__}: {exc}")
-            return None
-        return obj
-
-    def _bad_input(self, reason: str, detail: str) -> None:
-        self._metrics.bad_input.labels(resource=self.resource, reason=reason).inc()
-        log.warning("%s: skipped bad input (%s): %s", self.resource, reason, detail)
 
     def _publish_relist(
         self, objects: Iterable[Obj], known: Mapping[str, str], *, snapshot_rv: str
@@ -468,12 +435,12 @@ class Reflector:
         published = 0
         batch: list[PendingDelta] = []
         diff = relist_diff(objects, known, self._last_known_objects, snapshot_rv=snapshot_rv)
-        for key, delta in diff:
-            pending = self._pending(key, delta.type, delta.obj)
+        for _key, delta in diff:
+            pending = self._deltas.pending(delta)
             if pending is None:
                 continue
             batch.append(pending)
-            if len(batch) >= self._settings.batch_max:
+            if len(batch) >= self._options.batch_max:
                 self._publish(batch, checkpoint_rv=None)
                 published += len(batch)
                 batch = []
@@ -489,7 +456,7 @@ class Reflector:
             try:
                 found[key] = decode_envelope(data).obj
             except WireDecodeError as exc:
-                self._bad_input("corrupt_known_state", f"{key}: {exc}")
+                self._deltas.bad_input("corrupt_known_state", f"{key}: {exc}")
                 found[key] = None
         return found
 
@@ -526,7 +493,7 @@ class Reflector:
                         if annotations.get(INITIAL_EVENTS_END) == "true":
                             done_rv = resource_version(event.obj)
                     elif event.type == "ADDED":
-                        prepared = self._prepare(event.obj)
+                        prepared = self._deltas.prepare(event.obj)
                         if prepared is not None:
                             initial.append(prepared)
                 if done_rv is not None:
@@ -545,11 +512,10 @@ class Reflector:
         stream = self._source.watch(
             resource_version=None if send_initial_events else self.last_rv,
             timeout_seconds=self._rng.randint(
-                self._settings.watch_timeout_min, self._settings.watch_timeout_max
+                self._options.watch_timeout_min, self._options.watch_timeout_max
             ),
-            allow_bookmarks=True,
             send_initial_events=send_initial_events,
-            inactivity_timeout=self._settings.inactivity_timeout,
+            inactivity_timeout=self._options.inactivity_timeout,
         )
         with self._stream_lock:
             self._stream = stream
@@ -578,21 +544,16 @@ class Reflector:
     def _after_bad_line(self, bad: MalformedWatchEventError) -> None:
         """Count and log a bad line that ended the watch, then wait briefly before the
         re-watch from the last event published; raises :class:`_RelistNeeded` when the same
-        position failed :data:`BAD_LINE_RELIST_AFTER` times in a row."""
+        position failed :data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row."""
         self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
         self._fresh_pipeline().flush()  # last_rv: the last event before the bad line
         rv = self.last_rv
-        if rv == self._bad_line_rv:
-            self._bad_line_failures += 1
-        else:
-            self._bad_line_rv = rv
-            self._bad_line_failures = 1
-        failures = self._bad_line_failures
-        if failures >= BAD_LINE_RELIST_AFTER:
+        delay = self._bad_lines.failed_at(rv)
+        failures = self._bad_lines.failures
+        if delay is None:
             log.warning("%s: bad watch line after rv %s (%s), %d in a row there; relisting",
                         self.resource, rv, bad, failures)  # fmt: skip
             raise _RelistNeeded(f"re-watching from rv {rv} failed {failures} times in a row")
-        delay = BAD_LINE_REWATCH_DELAY * 2 ** (failures - 1) * (1 + self._rng.random())
         log.warning("%s: bad watch line after rv %s (%s); re-watching from rv %s in %.2f s",
                     self.resource, rv, bad, rv, delay)  # fmt: skip
         self._stop.wait(delay)
@@ -608,7 +569,7 @@ class Reflector:
                 if event.type == "BOOKMARK":
                     bookmark_rv = resource_version(event.obj) or bookmark_rv
                     continue
-                delta = self._event_delta(event)
+                delta = self._deltas.event_delta(event)
                 if delta is not None:
                     pending.append(delta)
                     bookmark_rv = None
@@ -622,31 +583,6 @@ class Reflector:
             if self._stop.is_set():
                 break
         return seen
-
-    def _event_delta(self, event: WatchEvent) -> PendingDelta | None:
-        delta_type = _EVENT_TYPES.get(event.type)
-        if delta_type is None:
-            self._bad_input("unknown_event_type", event.type)
-            return None
-        kind = event.obj.get("kind")
-        if kind is not None and kind != self.kind:
-            self._bad_input("wrong_kind", f"expected {self.kind}, got {kind}")  # 1.9
-            return None
-        obj = self._prepare(event.obj)
-        if obj is None:
-            return None
-        return self._pending(meta_namespace_key(obj), delta_type, obj)
-
-    def _pending(
-        self, key: str, delta_type: DeltaType, obj: Obj | DeletedFinalStateUnknown
-    ) -> PendingDelta | None:
-        envelope = DeltaEnvelope.from_delta(Delta(delta_type, obj), observed_at=self._wall_clock())
-        try:
-            data = encode_envelope(envelope, max_bytes=self._settings.max_object_bytes)
-        except ValueError as exc:
-            self._bad_input("oversized", str(exc))
-            return None
-        return PendingDelta(delta_type, key, envelope.resource_version, data)
 
     def _publish(
         self,
@@ -683,7 +619,7 @@ class Reflector:
         if rv is None or rv == self._last_checkpoint_rv:
             return
         now = self._monotonic()
-        if now - self._last_checkpoint_at < self._settings.checkpoint_interval:
+        if now - self._last_checkpoint_at < self._options.checkpoint_interval:
             return
         self._fresh_pipeline().flush()  # every shard must really have everything up to rv
         rv = self.last_rv

@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.resource_ids import SPEC_SYNTAX, ResourceSpec
-from reflector_svc.kube import (
-    ApiStatusError,
-    UnknownResourceError,
-    get_json,
-)
+from reflector_svc.api_errors import ApiStatusError, UnknownResourceError
+from reflector_svc.transport import get_json
 
 __all__ = ["ResolvedResource", "ResourceSpec", "UnknownResourceError", "resolve"]
-# UnknownResourceError is defined with the other API errors in reflector_svc.kube and
+# UnknownResourceError is defined with the other API errors in reflector_svc.api_errors and
 # re-exported here, where callers of resolve() look for it.
 
 SYNTAX = SPEC_SYNTAX
@@ -115,10 +112,10 @@ def _resources(doc: Any) -> list[dict[str, Any]]:
 def resolve(api_client: Any, spec: ResourceSpec, *, timeout: float = 30.0) -> ResolvedResource:
     """Find ``spec`` through discovery (``/api``, ``/apis/GROUP``, ``/api[s]/.../VERSION``).
 
-    Raises :class:`~reflector_svc.kube.UnknownResourceError` (with close matches) when the
+    Raises :class:`~reflector_svc.api_errors.UnknownResourceError` (with close matches) when the
     group, version or resource is not served, the resource cannot be listed and watched, or a
     namespace is given for a cluster-scoped resource; transport and server failures raise the
-    other :mod:`reflector_svc.kube` errors.
+    other :mod:`reflector_svc.api_errors` errors.
     """
     version = spec.version or _preferred_version(api_client, spec, timeout)
     gv_path = _group_version_path(spec.group, version)

@@ -45,26 +45,9 @@ from redis.exceptions import ResponseError
 
 from common.redis_layout import ShardKeys
 
-__all__ = [
-    "DEFAULT_HARD_MAX_ENTRIES",
-    "DEFAULT_INTERVAL",
-    "DEFAULT_MIN_ENTRIES",
-    "RetentionLoop",
-    "TrimResult",
-    "trim_shard",
-]
+__all__ = ["RetentionLoop", "TrimResult", "trim_shard"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MIN_ENTRIES: Final = 1_000
-"""Newest entries always kept per shard, for readers that replay without a consumer group."""
-
-DEFAULT_HARD_MAX_ENTRIES: Final = 100_000
-"""Per-shard cap no consumer group can hold back (~350 MB of 3.5 KB envelopes)."""
-
-DEFAULT_INTERVAL: Final = 10.0
-"""Seconds between two trims of every shard: growth between trims is the publish rate times
-this, so the streams overshoot the bounds by at most that much."""
 
 _MAX_SEQ: Final = 2**64 - 1
 
@@ -93,10 +76,7 @@ def trim_shard(
 
     Raises ``ValueError`` unless ``0 <= min_entries <= hard_max_entries``.
     """
-    if not 0 <= min_entries <= hard_max_entries:
-        raise ValueError(
-            f"need 0 <= min_entries <= hard_max_entries, got {min_entries}, {hard_max_entries}"
-        )
+    _check_bounds(min_entries, hard_max_entries)
     stream = keys.stream
     pipe = client.pipeline(transaction=False)
     pipe.xlen(stream)
@@ -178,6 +158,13 @@ def _group_floors(
     return needed, undelivered
 
 
+def _check_bounds(min_entries: int, hard_max_entries: int) -> None:
+    if not 0 <= min_entries <= hard_max_entries:
+        raise ValueError(
+            f"need 0 <= min_entries <= hard_max_entries, got {min_entries}, {hard_max_entries}"
+        )
+
+
 def _parse_id(value: bytes | str) -> tuple[int, int]:
     text = value.decode() if isinstance(value, bytes) else value
     ms, _, seq = text.partition("-")
@@ -201,6 +188,12 @@ class RetentionLoop(threading.Thread):
     goes on: retention is housekeeping and must neither die silently nor take the reflector
     down. Forced trims are logged as warnings and counted; ``on_result`` (called on this
     thread) lets the caller feed its metrics.
+
+    Defaults: ``min_entries`` 1,000 newest entries always kept per shard (for readers that
+    replay without a consumer group); ``hard_max_entries`` 100,000, the per-shard cap no group
+    can hold back (~350 MB of 3.5 KB envelopes); ``interval`` 10 s between two passes: growth
+    between trims is the publish rate times this, so the streams overshoot the bounds by at
+    most that much.
     """
 
     def __init__(
@@ -210,16 +203,13 @@ class RetentionLoop(threading.Thread):
         prefix: str,
         resource: str,
         shard_count: int,
-        interval: float = DEFAULT_INTERVAL,
-        min_entries: int = DEFAULT_MIN_ENTRIES,
-        hard_max_entries: int = DEFAULT_HARD_MAX_ENTRIES,
+        interval: float = 10.0,
+        min_entries: int = 1_000,
+        hard_max_entries: int = 100_000,
         on_result: Callable[[ShardKeys, TrimResult], None] | None = None,
     ) -> None:
         super().__init__(name=f"retention-{resource}", daemon=True)
-        if not 0 <= min_entries <= hard_max_entries:
-            raise ValueError(
-                f"need 0 <= min_entries <= hard_max_entries, got {min_entries}, {hard_max_entries}"
-            )
+        _check_bounds(min_entries, hard_max_entries)
         if interval <= 0:
             raise ValueError(f"interval must be > 0, got {interval!r}")
         self._client = client

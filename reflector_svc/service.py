@@ -23,16 +23,18 @@ from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.service_clients import service_clients
-from reflector_svc.kube import KubeSource, load_api_client
+from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.publisher import FencedError, ShardPublisher
-from reflector_svc.reflector import Reflector
+from reflector_svc.publish_records import FencedError
+from reflector_svc.publisher import ShardPublisher
+from reflector_svc.reflector import Reflector, ReflectorOptions
 from reflector_svc.resources import ResolvedResource, ResourceSpec, resolve
 from reflector_svc.retention import RetentionLoop, TrimResult
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transform import build_transform
+from reflector_svc.transport import load_api_client
 
-__all__ = ["ReflectorService"]
+__all__ = ["ReflectorService", "reflector_options"]
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ class ReflectorService:
             kind=resolved.kind,
             source=KubeSource(self.api_client, resolved),
             sink=publisher,
-            settings=self.settings,
+            options=reflector_options(self.settings),
             metrics=self.metrics,
             transform=transform,
         )
@@ -245,3 +247,21 @@ class ReflectorService:
         if waiting:
             return False, "syncing: " + ", ".join(waiting)
         return True, "ok"
+
+
+def reflector_options(settings: ReflectorSettings) -> ReflectorOptions:
+    """The part of the service's settings a :class:`Reflector` is tuned by."""
+    return ReflectorOptions(
+        page_size=settings.page_size,
+        watch_list=settings.watch_list,
+        watch_timeout_min=settings.watch_timeout_min,
+        watch_timeout_max=settings.watch_timeout_max,
+        inactivity_timeout=settings.inactivity_timeout,
+        request_timeout=settings.request_timeout,
+        backoff_initial=settings.backoff_initial,
+        backoff_max=settings.backoff_max,
+        backoff_reset=settings.backoff_reset,
+        batch_max=settings.batch_max,
+        checkpoint_interval=settings.checkpoint_interval,
+        max_object_bytes=settings.max_object_bytes,
+    )

@@ -1,21 +1,12 @@
-"""Reference section 2: the DeltaFIFO rules as pure functions."""
+"""Reference section 2: the delta rules as pure functions (the publish rules are checked
+against the publish script itself in tests/reflector/publisher/test_publish_rules.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.deltas import (
-    Delta,
-    DeltaType,
-    append_delta,
-    dedup_deltas,
-    delete_is_dropped,
-    relist_diff,
-    replace_deltas,
-    resource_version,
-    resync_deltas,
-)
+from common.deltas import Delta, DeltaType, publish_is_skipped, relist_diff, resource_version
 from common.keys import DeletedFinalStateUnknown, Obj
 
 
@@ -31,89 +22,27 @@ def test_2_1_delta_types_use_client_go_spellings() -> None:
     assert [t.value for t in DeltaType] == ["Added", "Updated", "Deleted", "Replaced", "Sync"]
 
 
-def test_2_3_two_real_deletions_keep_the_older() -> None:
-    first, second = deleted(pod("a", "5")), deleted(pod("a", "6"))
-    assert dedup_deltas([Delta(DeltaType.ADDED, pod("a")), first, second]) == [
-        Delta(DeltaType.ADDED, pod("a")),
-        first,
-    ]
+def test_2_4_a_deletion_of_an_unknown_key_is_skipped() -> None:
+    assert publish_is_skipped(DeltaType.DELETED, "5", None)
+    assert not publish_is_skipped(DeltaType.DELETED, "5", "4")
+    assert not publish_is_skipped(DeltaType.DELETED, "5", "5")  # a relist tombstone
+    assert publish_is_skipped(DeltaType.DELETED, "5", "6")  # re-created since
 
 
-def test_2_3_tombstone_then_real_deletion_keeps_the_real_one() -> None:
-    tombstone = deleted(DeletedFinalStateUnknown("ns/a", pod("a", "4")))
-    real = deleted(pod("a", "6"))
-    assert dedup_deltas([tombstone, real]) == [real]
+def test_an_upsert_is_skipped_when_the_shard_has_it_or_newer() -> None:
+    assert not publish_is_skipped(DeltaType.ADDED, "5", None)
+    assert publish_is_skipped(DeltaType.UPDATED, "5", "5")
+    assert publish_is_skipped(DeltaType.UPDATED, "5", "6")
+    assert not publish_is_skipped(DeltaType.UPDATED, "7", "6")
+    assert publish_is_skipped(DeltaType.UPDATED, "x", "x")  # opaque: only equality counts
+    assert not publish_is_skipped(DeltaType.UPDATED, "x", "y")
 
 
-def test_2_3_real_deletion_then_tombstone_keeps_the_real_one() -> None:
-    real = deleted(pod("a", "6"))
-    tombstone = deleted(DeletedFinalStateUnknown("ns/a", pod("a", "4")))
-    assert append_delta([real], tombstone) == [real]
-
-
-def test_2_3_nothing_but_consecutive_deletions_is_merged() -> None:
-    deltas = [
-        Delta(DeltaType.UPDATED, pod("a", "2")),
-        Delta(DeltaType.UPDATED, pod("a", "3")),
-    ]
-    assert dedup_deltas(deltas) == deltas
-    assert append_delta(deltas, deleted(pod("a", "3"))) == [*deltas, deleted(pod("a", "3"))]
-    assert append_delta([deleted(pod("a"))], Delta(DeltaType.ADDED, pod("a"))) == [
-        deleted(pod("a")),
-        Delta(DeltaType.ADDED, pod("a")),
-    ]
-
-
-def test_2_4_delete_of_unknown_unqueued_key_is_dropped() -> None:
-    assert delete_is_dropped("ns/a", known={}, queued={})
-    assert not delete_is_dropped("ns/a", known={"ns/a": pod("a")}, queued={})
-    assert not delete_is_dropped("ns/a", known={}, queued={"ns/a": [deleted(pod("a"))]})
-
-
-def test_2_5_replace_queues_replaced_for_every_listed_item_in_order() -> None:
-    fresh = [pod("b"), pod("a")]
-    result = replace_deltas(fresh, known={"ns/a": pod("a")}, queued={})
-    assert result == [
-        ("ns/b", Delta(DeltaType.REPLACED, pod("b"))),
-        ("ns/a", Delta(DeltaType.REPLACED, pod("a"))),
-    ]
-
-
-def test_2_5_queued_key_missing_from_list_gets_tombstone_with_newest_queued_object() -> None:
-    queued = {
-        "ns/gone": [
-            Delta(DeltaType.ADDED, pod("gone", "3")),
-            Delta(DeltaType.UPDATED, pod("gone", "4")),
-        ]
-    }
-    result = replace_deltas([], known={}, queued=queued)
-    assert result == [("ns/gone", deleted(DeletedFinalStateUnknown("ns/gone", pod("gone", "4"))))]
-
-
-def test_2_5_queued_tombstone_is_looked_through_for_the_last_state() -> None:
-    earlier = DeletedFinalStateUnknown("ns/gone", pod("gone", "3"))
-    result = replace_deltas([], known={}, queued={"ns/gone": [deleted(earlier)]})
-    assert result == [("ns/gone", deleted(DeletedFinalStateUnknown("ns/gone", pod("gone", "3"))))]
-
-
-def test_2_5_known_key_missing_with_nothing_queued_gets_tombstone_with_known_object() -> None:
-    known = {"ns/a": pod("a", "1"), "ns/b": pod("b", "2")}
-    result = replace_deltas([pod("a", "1")], known=known, queued={})
-    assert result[-1] == ("ns/b", deleted(DeletedFinalStateUnknown("ns/b", pod("b", "2"))))
-    assert len(result) == 2
-
-
-def test_2_5_known_and_queued_missing_key_gets_exactly_one_tombstone_from_the_queue() -> None:
-    known = {"ns/b": pod("b", "2")}
-    queued = {"ns/b": [Delta(DeltaType.UPDATED, pod("b", "7"))]}
-    result = replace_deltas([], known=known, queued=queued)
-    assert result == [("ns/b", deleted(DeletedFinalStateUnknown("ns/b", pod("b", "7"))))]
-
-
-def test_2_6_resync_syncs_known_keys_with_nothing_queued() -> None:
-    known = {"ns/a": pod("a"), "ns/b": pod("b")}
-    queued = {"ns/b": [Delta(DeltaType.UPDATED, pod("b", "9"))]}
-    assert resync_deltas(known, queued) == [("ns/a", Delta(DeltaType.SYNC, pod("a")))]
+def test_the_checkpoint_rule_skips_replayed_upserts_but_never_deletions() -> None:
+    assert publish_is_skipped(DeltaType.ADDED, "5", None, replay_below="5")
+    assert not publish_is_skipped(DeltaType.ADDED, "6", None, replay_below="5")
+    assert not publish_is_skipped(DeltaType.DELETED, "5", "5", replay_below="9")
+    assert not publish_is_skipped(DeltaType.ADDED, "x", None, replay_below="x")
 
 
 def test_relist_diff_emits_only_real_changes_and_tombstones() -> None:
@@ -189,3 +118,5 @@ def test_resource_versions_compare_as_integers_or_not_at_all() -> None:
     assert compare_resource_versions("10", "9") == 1
     assert compare_resource_versions("10", "10") == 0
     assert compare_resource_versions("abc", "10") is None
+    assert compare_resource_versions("007", "7") == 0  # as the publish script compares
+    assert compare_resource_versions("\u00b2", "2") is None  # str.isdigit() but not ASCII

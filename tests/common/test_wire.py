@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj
 from common.wire import (
     DEFAULT_MAX_BYTES,
     FIELD,
@@ -510,3 +510,18 @@ def test_mutated_entries_never_escape_the_contract(env: DeltaEnvelope, data: st.
 @FUZZ
 def test_arbitrary_field_values_never_escape_the_contract(name: str, value: object) -> None:
     decodes_or_rejects(orjson.dumps(valid_doc(**{name: value})))
+
+
+@pytest.mark.parametrize("delta_type", [DeltaType.ADDED, DeltaType.UPDATED, DeltaType.DELETED])
+def test_of_object_is_from_delta_with_the_key_computed_once(delta_type: DeltaType) -> None:
+    obj = pod()
+    built = DeltaEnvelope.of_object(delta_type, obj, observed_at=TS)
+    assert built == DeltaEnvelope.from_delta(Delta(delta_type, obj), observed_at=TS)
+    assert (built.key, built.resource_version, built.tombstone) == ("shop/web-0", "4711", False)
+
+
+def test_of_object_refuses_what_the_constructor_refuses() -> None:
+    with pytest.raises(InvalidKeyError):
+        DeltaEnvelope.of_object(DeltaType.ADDED, {"metadata": {}}, observed_at=TS)
+    with pytest.raises(ValueError, match="observed_at"):
+        DeltaEnvelope.of_object(DeltaType.ADDED, pod(), observed_at=float("nan"))

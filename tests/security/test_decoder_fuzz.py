@@ -1,5 +1,5 @@
 """The two decoders that read what others wrote -- stream entries (:mod:`common.wire`) and watch
-lines (:mod:`reflector_svc.kube`) -- against hostile input.
+lines (:mod:`reflector_svc.watch_decoder`) -- against hostile input.
 
 tests/common/test_wire.py already fuzzes envelopes with short arbitrary bytes, mutations of valid
 entries and wrong field values; this adds whole field mappings, arbitrary JSON documents, deep
@@ -29,14 +29,9 @@ from common.wire import (
     decode_envelope,
     envelope_from_fields,
 )
-from reflector_svc.kube import (
-    ApiStatusError,
-    KubeError,
-    MalformedWatchEventError,
-    WatchEvent,
-    WatchStream,
-    _LineFramer,
-)
+from reflector_svc.api_errors import ApiStatusError, KubeError, MalformedWatchEventError
+from reflector_svc.watch_decoder import LineFramer, WatchDecoder
+from reflector_svc.watch_events import WatchEvent
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HUGE = 64 << 20
@@ -168,23 +163,20 @@ def test_a_hostile_entry_under_the_limit_costs_a_bounded_multiple_of_its_size(
 # --- watch lines ------------------------------------------------------------------------------
 
 
-def watch_stream() -> WatchStream:
-    """A stream that is never opened: only its line parser is used."""
-    return WatchStream(
-        cast(Any, None), "/api/v1/pods", [], connect_timeout=1.0, inactivity_timeout=1.0,
-        watch_list=False, max_line_bytes=LINE_LIMIT, read_size=65536,
-    )  # fmt: skip
+def watch_decoder() -> WatchDecoder:
+    """The line parser of a watch (what a stream feeds each network read's lines to)."""
+    return WatchDecoder(LINE_LIMIT, watch_list=False)
 
 
 def parse_all(chunks: list[bytes]) -> tuple[list[WatchEvent], list[KubeError]]:
     """Feed ``chunks`` the way a watch does (framer, then the lines' parser); nothing may
     raise. Returns the events and the typed errors (bad lines', ERROR events')."""
-    stream = watch_stream()
-    framer = _LineFramer(LINE_LIMIT)
+    decoder = watch_decoder()
+    framer = LineFramer(LINE_LIMIT)
     events: list[WatchEvent] = []
     errors: list[KubeError] = []
     for chunk in chunks:
-        found, error = stream._parse_lines(framer.feed(chunk))
+        found, error = decoder.parse_lines(framer.feed(chunk))
         events += found
         if error is not None:
             errors.append(error)
@@ -234,14 +226,14 @@ def test_deeply_nested_watch_lines_are_reported_not_raised(depth: int, kind: str
 def test_a_huge_watch_line_is_skipped_in_bounded_memory() -> None:
     chunk = b"x" * (1 << 20)  # what one network read may return, allocated before measuring
     good = b'\n{"type":"ADDED","object":{"metadata":{"name":"after"}}}\n'
-    stream = watch_stream()
-    framer = _LineFramer(LINE_LIMIT)
+    decoder = watch_decoder()
+    framer = LineFramer(LINE_LIMIT)
     pending: list[int] = []
     found: list[WatchEvent] = []
     errors: list[KubeError] = []
 
     def parse(data: bytes) -> None:
-        events, error = stream._parse_lines(framer.feed(data))
+        events, error = decoder.parse_lines(framer.feed(data))
         found.extend(events)
         if error is not None:
             errors.append(error)

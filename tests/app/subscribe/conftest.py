@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from reflector_svc.publisher import PendingDelta, ShardPublisher
+from reflector_svc.publish_records import PendingDelta
+from reflector_svc.publisher import ShardPublisher
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import Bus, Entry

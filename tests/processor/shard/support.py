@@ -26,7 +26,8 @@ from common.wire import ENVELOPE_CODEC
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.shard import GROUP, ShardWorker
-from reflector_svc.publisher import PendingDelta, ShardPublisher
+from reflector_svc.publish_records import PendingDelta
+from reflector_svc.publisher import ShardPublisher
 
 RESOURCE = "pods"
 MEMBER = "member-a"

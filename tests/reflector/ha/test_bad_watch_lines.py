@@ -20,7 +20,7 @@ import pytest
 
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.apiserver_sim.faults import BAD_LINES
-from reflector_svc.reflector import BAD_LINE_RELIST_AFTER
+from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import SimHistory, assert_faithful, wait_caught_up
 from tests.support.bad_lines import BAD_LINE_REASONS

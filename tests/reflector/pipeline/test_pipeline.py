@@ -10,7 +10,7 @@ import pytest
 
 from common.deltas import DeltaType
 from reflector_svc.pipeline import PublishPipeline
-from reflector_svc.publisher import PendingDelta
+from reflector_svc.publish_records import PendingDelta
 
 
 def delta(rv: int) -> PendingDelta:

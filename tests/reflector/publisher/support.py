@@ -10,7 +10,7 @@ from common.deltas import DeltaType
 from common.keys import Obj
 from common.redis_layout import ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope, encode_envelope
-from reflector_svc.publisher import PendingDelta
+from reflector_svc.publish_records import PendingDelta
 
 TS = 1714567890.25
 

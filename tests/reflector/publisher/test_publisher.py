@@ -10,15 +10,8 @@ from common.deltas import DeltaType
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for
 from common.wire import FIELD, decode_envelope
-from reflector_svc.publisher import (
-    FencedError,
-    PendingDelta,
-    PublishResult,
-    ResumePoint,
-    ShardCheckpoint,
-    ShardPublisher,
-    _Call,
-)
+from reflector_svc.publish_records import FencedError, PendingDelta, PublishResult, ResumePoint
+from reflector_svc.publisher import ShardCheckpoint, ShardPublisher, _Call
 from tests.reflector.publisher.support import (
     Entry,
     added,

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.sharding import shard_for
-from reflector_svc.publisher import FencedError, PendingDelta, ShardPublisher
+from reflector_svc.publish_records import FencedError, PendingDelta
+from reflector_svc.publisher import ShardPublisher
 from tests.reflector.publisher.support import added, as_entry, deleted, stream_entries, updated
 from tests.support.redis_server import RedisServer
 

@@ -19,12 +19,16 @@ from prometheus_client import CollectorRegistry
 
 from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator
-from reflector_svc.kube import KubeSource, ListPage, load_api_client
+from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.publisher import FencedError, ShardPublisher
+from reflector_svc.publish_records import FencedError
+from reflector_svc.publisher import ShardPublisher
 from reflector_svc.reflector import Reflector, WatchStream
 from reflector_svc.resources import ResourceSpec, resolve
+from reflector_svc.service import reflector_options
 from reflector_svc.settings import ReflectorSettings
+from reflector_svc.transport import load_api_client
+from reflector_svc.watch_events import ListPage
 from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus
 from tests.support.waiting import wait_until
 
@@ -86,7 +90,7 @@ def run_reflector(sim: Simulator, redis_client: redis.Redis) -> Iterator[Callabl
             kind="Pod",
             source=source,
             sink=ShardPublisher(redis_client, prefix="ib", resource="pods", shard_count=SHARDS),
-            settings=settings_of(ReflectorSettings, **values),
+            options=reflector_options(settings_of(ReflectorSettings, **values)),
             metrics=metrics,
         )
         stop = threading.Event()

@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 
 from informer_bus.apiserver_sim import Simulator
-from reflector_svc.kube import KubeSource, WatchStream, load_api_client
+from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.resources import ResourceSpec, resolve
+from reflector_svc.transport import load_api_client
+from reflector_svc.watch_stream import WatchStream
 from tests.support import socket_origins
 
 

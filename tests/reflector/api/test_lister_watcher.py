@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,28 +17,26 @@ from kubernetes.client import ApiClient
 
 from informer_bus.apiserver_sim import Simulator
 from informer_bus.apiserver_sim.faults import BAD_LINES
-from reflector_svc.kube import (
-    INITIAL_EVENTS_END,
+from reflector_svc.api_errors import (
     ApiStatusError,
     ApiUnavailableError,
     KubeError,
-    KubeSource,
     MalformedWatchEventError,
-    OverlongLine,
     ResourceExpiredError,
     SourceConfigError,
     TooLargeResourceVersionError,
     TooManyRequestsError,
-    WatchEvent,
     WatchInactiveError,
     WatchListUnsupportedError,
-    WatchStream,
-    _LineFramer,
     error_from_status,
-    load_api_client,
 )
+from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.resources import ResourceSpec, resolve
-from tests.reflector.kube.conftest import pod
+from reflector_svc.transport import load_api_client
+from reflector_svc.watch_decoder import LineFramer, OverlongLine, WatchDecoder
+from reflector_svc.watch_events import INITIAL_EVENTS_END, WatchEvent
+from reflector_svc.watch_stream import WatchStream
+from tests.reflector.api.conftest import pod
 from tests.support.bad_lines import BAD_LINE_REASONS
 from tests.support.simulator import FAST
 
@@ -453,12 +451,9 @@ def test_1_10_a_bad_line_ends_the_watch_right_after_the_events_before_it(
 
 
 def test_a_bad_line_is_quoted_briefly() -> None:
-    stream = WatchStream(
-        cast(Any, None), "/api/v1/pods", [], connect_timeout=1.0, inactivity_timeout=1.0,
-        watch_list=False, max_line_bytes=1 << 20, read_size=65536,
-    )  # fmt: skip
+    decoder = WatchDecoder(1 << 20, watch_list=False)
     good = b'{"type":"ADDED","object":{"metadata":{"name":"ok"}}}'
-    events, error = stream._parse_lines([good, b"\xff" * 10_000, good])
+    events, error = decoder.parse_lines([good, b"\xff" * 10_000, good])
     assert [event.obj["metadata"]["name"] for event in events] == ["ok"]
     assert isinstance(error, MalformedWatchEventError)
     assert (error.reason, error.line_bytes) == ("invalid_json", 10_000)
@@ -644,7 +639,7 @@ def test_line_framer_any_chunking(lines: list[bytes], cuts: list[int]) -> None:
     after it is lost."""
     limit = 20
     data = b"".join(line + b"\n" for line in lines)
-    framer = _LineFramer(limit)
+    framer = LineFramer(limit)
     out: list[bytes] = []
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
     for lo, hi in itertools.pairwise(bounds):
