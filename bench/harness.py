@@ -1,26 +1,25 @@
 """A service (reflector or processor) as a child process of a benchmark.
 
 Both benchmarks run ``python -m <service> --log-json`` children and time them by the moments
-certain log lines arrive; this is the one place that spawns them, tails their logs into a file,
-and stops them (SIGTERM, SIGKILL if they hang). Subclasses only say which lines matter.
+certain log lines arrive; this is the one place that spawns them (an
+:class:`informer_bus.child_process.ChildProcess` each), hands their log lines over as they
+arrive, and stops them (SIGTERM, SIGKILL if they hang). Subclasses only say which lines matter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Self
+from typing import Self
 
 import orjson
 
 from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from informer_bus.child_process import ChildProcess
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,10 +75,8 @@ class ServiceChild:
         self.clock = clock
         self.extra_env = dict(extra_env or {})
         self.stop_timeout = stop_timeout
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
         self.spawned = 0.0
-        self._log: IO[bytes] | None = None
-        self._reader: threading.Thread | None = None
 
     def on_message(self, message: str, arrived: float) -> None:
         """A log line's message arrived (on the log reader thread)."""
@@ -88,28 +85,20 @@ class ServiceChild:
         # Settings come from the flags alone, never from the benchmark's own environment.
         env = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
         env.update(self.extra_env)
-        self._log = self.log_path.open("ab")
         self.spawned = self.clock()
-        self.process = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT
-        )
-        self._reader = threading.Thread(
-            target=self._read_log, name=f"{self.label}-log", daemon=True
-        )
-        self._reader.start()
+        self.process = ChildProcess(
+            self.args, name=self.label, log_path=self.log_path, env=env, cwd=ROOT,
+            on_line=self._on_line,
+        ).start()  # fmt: skip
         return self
 
-    def _read_log(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        assert self._log is not None
-        for raw in self.process.stderr:
-            arrived = self.clock()
-            self._log.write(raw)
-            try:
-                message = str(orjson.loads(raw).get("message", ""))
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            self.on_message(message, arrived)
+    def _on_line(self, raw: bytes) -> None:
+        arrived = self.clock()
+        try:
+            message = str(orjson.loads(raw).get("message", ""))
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        self.on_message(message, arrived)
 
     @property
     def pid(self) -> int:
@@ -117,34 +106,20 @@ class ServiceChild:
         return self.process.pid
 
     def check_alive(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None or not self.process.running:
             raise BenchError(f"the {self.label} exited; its log:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
-        if self._log is not None:
-            self._log.flush()
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
     def terminate(self) -> None:
         """Ask for a clean stop (SIGTERM) without waiting."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        if self.process is not None:
+            self.process.terminate()
 
     def stop(self) -> None:
         """SIGTERM (a clean stop), SIGKILL if it hangs; reap it and its log reader."""
         if self.process is not None:
-            self.terminate()
-            try:
-                self.process.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            if self._reader is not None:
-                self._reader.join(10)
-            if self.process.stderr is not None:
-                self.process.stderr.close()
+            self.process.stop(self.stop_timeout)
             self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None

@@ -51,7 +51,6 @@ import platform
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -72,6 +71,7 @@ from kubernetes import watch as kube_watch
 from kubernetes.informer import ADDED, MODIFIED, SharedInformer
 
 from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from informer_bus.child_process import ChildProcess
 
 SHARDS = 16
 PAGE_SIZE = 500
@@ -519,7 +519,7 @@ class PySpy:
 
     def __init__(self, out_dir: Path | None) -> None:
         self.out_dir = out_dir
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
         self.files: dict[str, Path] = {}
 
     def start(self, pid: int, name: str) -> None:
@@ -530,20 +530,12 @@ class PySpy:
         self.files[name] = out
         command = [str(binary), "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
                    "--threads", "--nonblocking", "--output", str(out)]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        # SIGINT: py-spy writes its profile and exits.
+        self.process = ChildProcess(command, stop_signal=signal.SIGINT).start()
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            self.process.stop(30)
         self.process = None
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from informer_bus import __version__
-from informer_bus import subscribe as subscribe_cli
 from informer_bus.apiserver_sim.command import APISERVER_SIM
-from informer_bus.demo import DEMO
-from informer_bus.status import STATUS
+from informer_bus.demo.command import DEMO
+from informer_bus.status.command import STATUS
 from informer_bus.subcommand import Subcommand
+from informer_bus.subscribe_command import SUBSCRIBE
 from processor_svc import cli as processor_cli
 from reflector_svc import cli as reflector_cli
 
@@ -31,33 +32,29 @@ Every flag can also be set with an INFORMER_BUS_* environment variable.
 """
 
 
+class _ServiceCli(Protocol):
+    """What a service's ``cli`` module declares."""
+
+    HELP: str
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _service(name: str, module: _ServiceCli) -> Subcommand:
+    """A service's subcommand, declared by its ``cli`` module (which cannot import this layer)."""
+    return Subcommand(
+        name=name, help=module.HELP, configure=module.configure_parser, run=module.run
+    )
+
+
 # Each capability appends its entry here (explicit imports: the CLI is the top layer).
 SUBCOMMANDS: list[Subcommand] = []
 SUBCOMMANDS.append(APISERVER_SIM)
-SUBCOMMANDS.append(
-    Subcommand(
-        name="reflector",
-        help=reflector_cli.HELP,
-        configure=reflector_cli.configure_parser,
-        run=reflector_cli.run,
-    )
-)
-SUBCOMMANDS.append(
-    Subcommand(
-        name="processor",
-        help=processor_cli.HELP,
-        configure=processor_cli.configure_parser,
-        run=processor_cli.run,
-    )
-)
-SUBCOMMANDS.append(
-    Subcommand(
-        name="subscribe",
-        help=subscribe_cli.HELP,
-        configure=subscribe_cli.configure_parser,
-        run=subscribe_cli.run,
-    )
-)
+SUBCOMMANDS.append(_service("reflector", reflector_cli))
+SUBCOMMANDS.append(_service("processor", processor_cli))
+SUBCOMMANDS.append(SUBSCRIBE)
 SUBCOMMANDS.append(DEMO)
 SUBCOMMANDS.append(STATUS)
 

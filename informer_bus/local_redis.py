@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import redis
 
-from informer_bus.child_process import start_tied
+from informer_bus.child_process import ChildExitedError, ChildNotReadyError, ChildProcess
 
 __all__ = ["INSTALL_HINT", "RedisServer", "RedisServerMissingError", "free_port"]
 
@@ -54,7 +52,7 @@ class RedisServer:
         self.extra_args = extra_args
         self.die_with_parent = die_with_parent
         self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
 
     @property
     def log_path(self) -> Path:
@@ -86,33 +84,30 @@ class RedisServer:
             "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
             "--logfile", str(self.log_path), *self.extra_args,
         ]  # fmt: skip
-        if self.die_with_parent:
-            self.process = start_tied(command, stdout=subprocess.DEVNULL, process_group=0)
-        else:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, process_group=0)
+        self.process = ChildProcess(
+            command, name="redis-server", tied=self.die_with_parent, own_process_group=True
+        ).start()
         client = self.probe_client()
-        deadline = time.monotonic() + timeout
         try:
-            while True:
-                try:
-                    client.ping()
-                    return
-                except redis.ConnectionError:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        path = self.log_path
-                        log = path.read_text(errors="replace") if path.exists() else ""
-                        self.stop()
-                        raise RuntimeError(f"redis-server did not start:\n{log}") from None
-                    time.sleep(0.02)
+            self.process.wait_ready(
+                lambda: self._answers(client), timeout, what="answering PING", interval=0.02
+            )
+        except (ChildExitedError, ChildNotReadyError):
+            path = self.log_path
+            log = path.read_text(errors="replace") if path.exists() else ""
+            self.stop()
+            raise RuntimeError(f"redis-server did not start:\n{log}") from None
         finally:
             client.close()
 
+    @staticmethod
+    def _answers(client: redis.Redis) -> bool | None:
+        try:
+            return bool(client.ping()) or None
+        except redis.ConnectionError:
+            return None
+
     def stop(self) -> None:
         """SIGTERM and reap (SIGKILL if it does not exit within 10 s)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            self.process.stop(10)

@@ -9,7 +9,7 @@ seconds, alternately with SIGTERM (graceful) and kill -9, and started again at o
 
 Every second a sampler thread records the RSS of every process (``VmRSS``; a restarted ``p2``
 is a new series), Redis ``used_memory``, the unacknowledged entries of every shard (XINFO
-GROUPS lag + pending, summed: :func:`informer_bus.status.collect_status`), the oldest
+GROUPS lag + pending, summed: :func:`informer_bus.status.collect.collect_status`), the oldest
 unacknowledged entry's age, the shard streams' length and what the reflector published.
 
 After the churn, the verdict (``Result.failed`` is false when every rule held):
@@ -51,7 +51,7 @@ import redis
 from bench.soak.handler import DUMP_REQUEST
 from informer_bus import local_redis
 from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
-from informer_bus.status import collect_status, status_client
+from informer_bus.status.collect import collect_status, status_client
 from tests.processor.ha.conftest import (
     assignment_problems,
     processor_settings,

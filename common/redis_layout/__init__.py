@@ -18,6 +18,8 @@ from common.redis_layout.keys import (
     SHARD_KEY_SUFFIXES,
     ResourceKeys,
     ShardKeys,
+    parse_resource_key,
+    parse_shard_key,
 )
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
@@ -54,4 +56,6 @@ __all__ = [
     "SHARD_KEY_SUFFIXES",
     "ResourceKeys",
     "ShardKeys",
+    "parse_resource_key",
+    "parse_shard_key",
 ]

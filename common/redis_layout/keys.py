@@ -35,6 +35,8 @@ __all__ = [
     "SHARD_KEY_SUFFIXES",
     "ResourceKeys",
     "ShardKeys",
+    "parse_resource_key",
+    "parse_shard_key",
 ]
 
 DEFAULT_PREFIX: Final = "ib"
@@ -56,6 +58,8 @@ RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch", "members")
 # Braces would move or split the hash tag, whitespace breaks logs and redis-cli; ':' is allowed
 # in a resource (the shard number is always the part after the tag's last ':').
 _BAD_NAME = re.compile(r"[{}\s]")
+# A shard number as ShardKeys spells it: decimal, no sign, no leading zero.
+_SHARD_NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 
 def _check_names(prefix: object, resource: object) -> None:
@@ -212,3 +216,44 @@ class ResourceKeys:
     def all_keys(self) -> tuple[str, ...]:
         """Every resource-wide key (not the shards' keys)."""
         return (self.leader, self.epoch, self.members)
+
+
+def _tag_and_suffix(prefix: str, name: str) -> tuple[str, str] | None:
+    """``(tag, suffix)`` of ``PREFIX:{TAG}:SUFFIX``; ``None`` for any other shape."""
+    head = f"{prefix}:{{"
+    if not name.startswith(head):
+        return None
+    tag, sep, suffix = name[len(head) :].partition("}:")
+    return (tag, suffix) if sep and tag else None
+
+
+def parse_shard_key(prefix: str, name: str) -> ShardKeys | None:
+    """The shard whose key ``name`` is (one of :data:`SHARD_KEY_SUFFIXES` under ``prefix``);
+    ``None`` for any other key name.
+
+    The inverse of :class:`ShardKeys`'s properties, for tools that find shards by scanning
+    the keyspace (``status``, ``subscribe``): ``parse_shard_key(k.prefix, name) == k`` for
+    every ``name`` in ``k.all_keys()``, and nothing else parses.
+    """
+    parts = _tag_and_suffix(prefix, name)
+    if parts is None or parts[1] not in SHARD_KEY_SUFFIXES:
+        return None
+    resource, colon, number = parts[0].rpartition(":")
+    if not colon or _SHARD_NUMBER.fullmatch(number) is None:
+        return None
+    try:
+        return ShardKeys(prefix, resource, int(number))
+    except ValueError:  # not a name ShardKeys would spell (empty resource, whitespace)
+        return None
+
+
+def parse_resource_key(prefix: str, name: str) -> ResourceKeys | None:
+    """The resource whose resource-wide key ``name`` is (one of :data:`RESOURCE_KEY_SUFFIXES`
+    under ``prefix``); ``None`` for any other key name, shard keys included."""
+    parts = _tag_and_suffix(prefix, name)
+    if parts is None or parts[1] not in RESOURCE_KEY_SUFFIXES:
+        return None
+    try:
+        return ResourceKeys(prefix, parts[0])
+    except ValueError:
+        return None

@@ -7,13 +7,11 @@ the server answers (``SimulatorProcess`` waits for it); mistakes end with one li
 
 from __future__ import annotations
 
-import argparse
-
-from common.service_runner import fail, run_until_signalled
-from common.settings import SettingsError, add_flags, flag_name, settings_from_args
+from common.service_runner import run_until_signalled
+from common.settings import flag_name
 from informer_bus.apiserver_sim.settings import ENV_PREFIX, SimulatorSettings
 from informer_bus.apiserver_sim.simulator import Simulator
-from informer_bus.subcommand import Subcommand
+from informer_bus.subcommand import settings_subcommand
 
 __all__ = ["APISERVER_SIM", "READY_PREFIX", "flag_name"]
 
@@ -28,19 +26,7 @@ HELP = (
 PROGRAM = "informer-bus apiserver-sim"
 
 
-def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        HELP + " Every flag can also be set with the INFORMER_BUS_SIM_<NAME> environment "
-        "variable shown in its help; flags win over the environment."
-    )
-    add_flags(parser, SimulatorSettings, ENV_PREFIX)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        settings = settings_from_args(SimulatorSettings, ENV_PREFIX, args)
-    except SettingsError as exc:
-        return fail(PROGRAM, str(exc))
+def _run(settings: SimulatorSettings) -> int:
     sim = Simulator(settings)
     return run_until_signalled(
         sim,
@@ -50,4 +36,15 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
-APISERVER_SIM = Subcommand(name="apiserver-sim", help=HELP, configure=_configure, run=_run)
+APISERVER_SIM = settings_subcommand(
+    "apiserver-sim",
+    help=HELP,
+    description=(
+        HELP + " Every flag can also be set with the INFORMER_BUS_SIM_<NAME> environment "
+        "variable shown in its help; flags win over the environment."
+    ),
+    settings=SimulatorSettings,
+    env_prefix=ENV_PREFIX,
+    program=PROGRAM,
+    run=_run,
+)

@@ -9,22 +9,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import selectors
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import IO, Any
+from typing import Any, Self
 
 import orjson
 
 from informer_bus.apiserver_sim.command import READY_PREFIX, flag_name
 from informer_bus.apiserver_sim.settings import SimulatorSettings
+from informer_bus.child_process import ChildExitedError, ChildNotReadyError, ChildProcess
+from informer_bus.lifecycle import StartStop
 
 __all__ = ["SimulatorProcess", "SimulatorProcessError"]
 
@@ -33,7 +29,7 @@ class SimulatorProcessError(RuntimeError):
     """The child failed to start or a control call failed."""
 
 
-class SimulatorProcess:
+class SimulatorProcess(StartStop):
     """A simulator in a subprocess; ``start()`` returns once ``/healthz`` answers."""
 
     def __init__(
@@ -49,8 +45,9 @@ class SimulatorProcess:
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout = startup_timeout
         self.url = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self.process: ChildProcess | None = None
+        """The child, its output (the readiness line, its log) collected."""
+        self._ready_url: str | None = None
 
     def command(self) -> list[str]:
         args = [sys.executable, "-m", "informer_bus.cli", "apiserver-sim"]
@@ -67,60 +64,41 @@ class SimulatorProcess:
                 args += [flag_name(f.name), str(value)]
         return args + self.extra_args
 
-    def start(self) -> SimulatorProcess:
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives until stop()
-        self._proc = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=self._stderr, env=self.env
+    def start(self) -> Self:
+        process = ChildProcess(
+            self.command(), name="apiserver-sim", env=self.env, on_line=self._on_line
         )
-        assert self._proc.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout
-        line = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._proc.stdout, selectors.EVENT_READ)
-            while not line.endswith(b"\n"):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not sel.select(remaining):
-                    self._abort("did not report readiness in time")
-                chunk = os.read(self._proc.stdout.fileno(), 4096)
-                if not chunk:
-                    self._abort("exited during startup")
-                line += chunk
-        text = line.decode().strip()
-        if not text.startswith(READY_PREFIX):
-            self._abort(f"unexpected first line {text!r}")
-        self.url = text[len(READY_PREFIX) :]
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self._abort("never answered /healthz")
-                time.sleep(0.05)
+        self.process = process.start()
+        try:
+            self.url = process.wait_ready(
+                lambda: self._ready_url, self.startup_timeout, what="reporting readiness"
+            )
+            process.wait_ready(self._healthy, self.startup_timeout, what="answering /healthz")
+        except (ChildExitedError, ChildNotReadyError) as exc:
+            process.kill()
+            log = process.log_text()[-2000:]
+            raise SimulatorProcessError(f"apiserver-sim: {exc}: {log}") from None
+        except BaseException:  # Ctrl-C while starting: leave nothing running
+            process.kill()
+            raise
+        return self
 
-    def _abort(self, why: str) -> None:
-        stderr = b""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-        if self._stderr is not None:
-            self._stderr.seek(0)
-            stderr = self._stderr.read()[-2000:]
-        self._close_files()
-        raise SimulatorProcessError(f"apiserver-sim {why}: {stderr.decode(errors='replace')}")
+    def _on_line(self, line: bytes) -> None:
+        text = line.decode(errors="replace").strip()
+        if self._ready_url is None and text.startswith(READY_PREFIX):
+            self._ready_url = text[len(READY_PREFIX) :]
 
-    def _close_files(self) -> None:
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+    def _healthy(self) -> bool | None:
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
+                return resp.status == 200 or None
+        except OSError:
+            return None
 
     @property
     def pid(self) -> int:
-        assert self._proc is not None
-        return self._proc.pid
+        assert self.process is not None
+        return self.process.pid
 
     @property
     def port(self) -> int:
@@ -128,30 +106,11 @@ class SimulatorProcess:
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, wait, SIGKILL if it hangs; returns the exit status."""
-        proc = self._proc
-        if proc is None:
+        process, self.process = self.process, None
+        if process is None:
             return 0
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._close_files()
-        self._proc = None
-        return proc.returncode
-
-    def __enter__(self) -> SimulatorProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        status = process.stop(timeout)
+        return 0 if status is None else status
 
     # ------------------------------------------------------------ control endpoints
 

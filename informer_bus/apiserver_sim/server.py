@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -160,22 +161,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.front.dispatch(self, "DELETE")
 
 
+@dataclass(frozen=True, slots=True)
 class _Route:
-    __slots__ = ("name", "namespace", "resource", "subresource", "watch")
+    """What a request's path names: a resource, maybe a namespace, an object, a subresource."""
 
-    def __init__(
-        self,
-        resource: ResourceType,
-        namespace: str | None,
-        name: str | None,
-        subresource: str | None,
-        watch: bool,
-    ) -> None:
-        self.resource = resource
-        self.namespace = namespace
-        self.name = name
-        self.subresource = subresource
-        self.watch = watch
+    resource: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch: bool
 
     def key(self) -> str:
         assert self.name is not None

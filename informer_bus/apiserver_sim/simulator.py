@@ -13,8 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Any
+from typing import Any, Self, TypedDict, Unpack
 
 from informer_bus.apiserver_sim import objects
 from informer_bus.apiserver_sim.faults import FaultState
@@ -31,6 +30,7 @@ from informer_bus.apiserver_sim.server import HttpFront
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState, StoredObject
 from informer_bus.apiserver_sim.status import ApiError, bad_request
+from informer_bus.lifecycle import StartStop
 
 __all__ = ["ChurnHandle", "Simulator"]
 
@@ -92,7 +92,22 @@ class ChurnHandle:
         return self.stats
 
 
-class Simulator:
+class ChurnOptions(TypedDict, total=False):
+    """The options of :meth:`Simulator.churn` and :meth:`Simulator.start_churn`."""
+
+    seed: int
+    """Of the random choices (default 0: a run repeats)."""
+    mix: Mapping[str, float] | None
+    """Weights of creates, updates and deletes (default ``DEFAULT_MIX``)."""
+    resource: str | ResourceType
+    """What to churn (default pods)."""
+    max_events: int | None
+    """Stop after this many events (default: when ``seconds`` are over)."""
+    stamp: bool
+    """Stamp each object with its commit time (``load.COMMITTED_AT_ANNOTATION``)."""
+
+
+class Simulator(StartStop):
     """A simulated Kubernetes API server on ``127.0.0.1`` (port 0 picks a free one).
 
     State and the resourceVersion counter live in :attr:`state`; ``restart()`` keeps both,
@@ -132,7 +147,7 @@ class Simulator:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> Simulator:
+    def start(self) -> Self:
         """Listen and serve in background threads; apply ``populate``/``churn`` settings."""
         if self._started:
             return self
@@ -164,17 +179,6 @@ class Simulator:
         self.state.close()
         self.front.close()
         self._started = False
-
-    def __enter__(self) -> Simulator:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:
@@ -299,48 +303,23 @@ class Simulator:
             namespaces=self.settings.namespaces,
         )  # fmt: skip
 
-    def churn(
-        self,
-        rate: float,
-        seconds: float,
-        *,
-        seed: int = 0,
-        mix: Mapping[str, float] | None = None,
-        resource: str | ResourceType = PODS,
-        max_events: int | None = None,
-        stamp: bool = False,
-    ) -> ChurnStats:
+    def churn(self, rate: float, seconds: float, **options: Unpack[ChurnOptions]) -> ChurnStats:
         """Create/update/delete at ``rate`` events/s for ``seconds`` in this thread
-        (``stamp``: with commit times, see ``load.COMMITTED_AT_ANNOTATION``)."""
-        return churn(
-            self.state, find_resource(resource), rate=rate, seconds=seconds, seed=seed, mix=mix,
-            namespaces=self.settings.namespaces, max_events=max_events, stamp=stamp,
-        )  # fmt: skip
+        (``options``: :class:`ChurnOptions`)."""
+        return self._churn(find_resource(options.get("resource", PODS)), rate, seconds, options)
 
     def start_churn(
-        self,
-        rate: float,
-        seconds: float,
-        *,
-        seed: int = 0,
-        mix: Mapping[str, float] | None = None,
-        resource: str | ResourceType = PODS,
-        max_events: int | None = None,
-        stamp: bool = False,
+        self, rate: float, seconds: float, **options: Unpack[ChurnOptions]
     ) -> ChurnHandle:
         """Like :meth:`churn` in a background thread (stopped by :meth:`stop`)."""
-        res = find_resource(resource)
+        res = find_resource(options.get("resource", PODS))
         stop = threading.Event()
         holder: list[ChurnHandle] = []
 
         def run() -> None:
             handle = holder[0]
             try:
-                handle.stats = churn(
-                    self.state, res, rate=rate, seconds=seconds, seed=seed, mix=mix,
-                    namespaces=self.settings.namespaces, max_events=max_events, stop=stop,
-                    stamp=stamp,
-                )  # fmt: skip
+                handle.stats = self._churn(res, rate, seconds, options, stop)
             except BaseException as exc:  # reported through the handle, never lost
                 handle.error = exc
 
@@ -352,6 +331,20 @@ class Simulator:
             self._churns.append(handle)
         thread.start()
         return handle
+
+    def _churn(
+        self,
+        resource: ResourceType,
+        rate: float,
+        seconds: float,
+        options: ChurnOptions,
+        stop: threading.Event | None = None,
+    ) -> ChurnStats:
+        return churn(
+            self.state, resource, rate=rate, seconds=seconds, seed=options.get("seed", 0),
+            mix=options.get("mix"), namespaces=self.settings.namespaces,
+            max_events=options.get("max_events"), stop=stop, stamp=options.get("stamp", False),
+        )  # fmt: skip
 
     def ground_truth(self, resource: str | ResourceType = PODS) -> dict[str, str]:
         """``{key: resourceVersion}`` of every live object of ``resource``."""

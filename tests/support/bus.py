@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -28,13 +27,14 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Self
+from typing import Self
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope
+from informer_bus.child_process import ChildProcess
 from tests.support.waiting import wait_until
 
 __all__ = [
@@ -408,18 +408,17 @@ class ServiceProcess:
         base = {k: v for k, v in os.environ.items() if not k.startswith("INFORMER_BUS_")}
         self.env = {**base, **(env or {})}
         self.cwd = cwd or Path(__file__).resolve().parents[2]
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log_file: IO[bytes] | None = None
+        self.process: ChildProcess | None = None
+
+    def command(self) -> list[str]:
+        """What runs: ``python -m MODULE ARGS`` (a subclass may run something else)."""
+        return [sys.executable, "-m", self.module, *self.args]
 
     def start(self) -> Self:
-        self._log_file = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            cwd=self.cwd,
-        )
+        self.process = ChildProcess(
+            self.command(),
+            name=self.what, log_path=self.log_path, env=self.env, cwd=self.cwd,
+        ).start()  # fmt: skip
         return self
 
     @property
@@ -442,7 +441,7 @@ class ServiceProcess:
         return pid == str(self.pid) and (name is None or identity == name)
 
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and self.process.running
 
     def log(self) -> str:
         """Everything it logged so far."""
@@ -494,19 +493,11 @@ class ServiceProcess:
 
     def wait(self, timeout: float) -> int:
         assert self.process is not None, "not started"
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{self.what} {self.pid} still runs after {timeout} s") from None
+        return self.process.wait(timeout)
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a stopped process must die too
-            self.process.kill()
-            self.process.wait(10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        if self.process is not None:
+            self.process.close()  # SIGKILL ends a SIGSTOPped process too
 
 
 class ReflectorProcess(ServiceProcess):

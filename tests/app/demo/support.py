@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from informer_bus.child_process import ChildProcess
 from tests.support.cli import ROOT
 from tests.support.survivors import assert_no_survivors
 from tests.support.survivors import survivors as find_survivors
@@ -69,29 +69,26 @@ def reset_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_demo(out: Path, marker: str, *args: str) -> subprocess.Popen[bytes]:
+def start_demo(out: Path, marker: str, *args: str) -> ChildProcess:
     """The demo as a child, its output (stdout and stderr) in ``out``."""
-    with out.open("wb") as sink:
-        return subprocess.Popen(
-            [*DEMO, *args], stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
-            env=demo_env(marker), preexec_fn=reset_signals,  # noqa: PLW1509
-        )  # fmt: skip
+    return ChildProcess(
+        [*DEMO, *args], name="demo", log_path=out, cwd=ROOT, env=demo_env(marker),
+        preexec=reset_signals,
+    ).start()  # fmt: skip
 
 
-def wait_for_output(out: Path, process: subprocess.Popen[bytes], text: str, timeout: float) -> str:
+def wait_for_output(out: Path, process: ChildProcess, text: str, timeout: float) -> str:
     """The demo's output once it contains ``text`` (fails early if the demo exits)."""
     deadline = time.monotonic() + timeout
     while True:
         output = out.read_text(errors="replace")
         if text in output:
             return output
-        assert process.poll() is None, f"the demo exited ({process.returncode}):\n{output}"
+        assert process.poll() is None, f"the demo exited ({process.poll()}):\n{output}"
         assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{output}"
         time.sleep(0.1)
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: ChildProcess) -> None:
     """Whatever a test did, the demo does not outlive it."""
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+    process.close()

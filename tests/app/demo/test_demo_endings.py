@@ -106,7 +106,9 @@ def test_closing_the_terminal_stops_the_demo_in_order(tmp_path: Path) -> None:
         reader.stop()
         if master >= 0:
             os.close(master)
-        stop(process)
+        if process.poll() is None:  # whatever the test did, the demo does not outlive it
+            process.kill()
+            process.wait()
     wait_until_gone(started.values(), 10)
     assert_nothing_left(marker)
     log = (tmp_path / "logs" / "processor-1.log").read_text()

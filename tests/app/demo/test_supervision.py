@@ -8,15 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from informer_bus.demo import (
-    MAX_FAILED_STARTS,
-    Demo,
-    DemoSettings,
-    Output,
-    Processor,
-    View,
-    ViewState,
-)
+from informer_bus.demo.children import Processor
+from informer_bus.demo.settings import MAX_FAILED_STARTS, DemoSettings
+from informer_bus.demo.supervisor import Demo
+from informer_bus.demo.view import Output, View, ViewState
 from informer_bus.local_redis import free_port
 
 CRASH = [sys.executable, "-c", "import sys; print('cannot start', flush=True); sys.exit(3)"]

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -307,12 +306,8 @@ class LocalService(ServiceProcess):
         super().__init__(launch.argv, log_path, env=launch.env)
         self.port = port
 
-    def start(self) -> LocalService:
-        self._log_file = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            self.args, stdout=self._log_file, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd
-        )
-        return self
+    def command(self) -> list[str]:
+        return list(self.args)
 
     def url(self, timeout: float = 15.0) -> str:
         assert self.running(), f"{self.args[1]} exited early:\n{self.log()}"

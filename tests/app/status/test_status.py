@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from common.redis_config import redacted_url
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.discovery import discover_resources
 from informer_bus.local_redis import free_port
-from informer_bus.status import collect_status, discover_resources, redacted_url, status_client
+from informer_bus.status.collect import collect_status, status_client
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer

@@ -9,12 +9,12 @@ import redis
 
 from common.deltas import DeltaType
 from common.wire import FIELD, WireDecodeError
+from informer_bus.discovery import discover_shard_count
 from informer_bus.subscribe import (
     FROM_BEGINNING,
     SubscribedDelta,
     SubscribeError,
     UndecodableEntry,
-    discover_shard_count,
     resource_id_of,
     subscribe,
 )

@@ -1,0 +1,160 @@
+"""``informer-bus status``: the subcommand (what it reads: the package docstring).
+
+Exit status: 0 with a report; 1 when no resource was found under the prefix (nothing to
+report, a message says so); 2 for a user mistake (bad flag, unreachable Redis, a
+``--resource`` that does not exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import redis
+
+from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.resource_ids import resource_id_from
+from common.service_runner import fail
+from common.settings import (
+    MembershipTiming,
+    RedisConnection,
+    ServiceSettings,
+    SettingsError,
+    add_flags,
+    check_key_prefix,
+    grouped,
+    settings_from_args,
+)
+from informer_bus.discovery import discover_resources
+from informer_bus.status.collect import collect_status, status_client
+from informer_bus.status.render import render_json, render_table
+from informer_bus.subcommand import Subcommand
+
+__all__ = ["HELP", "PROGRAM", "STATUS", "StatusSettings"]
+
+PROGRAM: Final = "informer-bus status"
+ENV_PREFIX: Final = "INFORMER_BUS_"
+
+HELP = (
+    "Show the pipeline's state from Redis: per resource the reflector leader, last RV and last "
+    "list; per shard the owner, lag and synced flag; per processor its heartbeat and shards."
+)
+
+
+_SERVICE_FIELDS = {f.name: f for f in dataclasses.fields(ServiceSettings)}
+_MEMBERSHIP_FIELDS = {f.name: f for f in dataclasses.fields(MembershipTiming)}
+
+
+def _same_as(source: Mapping[str, dataclasses.Field[Any]], name: str, help_text: str = "") -> Any:
+    """A settings field with the default, flag and env var of a service's field of that name,
+    so ``status`` is pointed at Redis exactly like the services it reports on."""
+    original = source[name]
+    metadata = dict(original.metadata)
+    if help_text:
+        metadata["help"] = help_text
+    return field(default=original.default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class StatusSettings:
+    """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
+
+    redis: RedisConnection = field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
+    prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
+    resource: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "resource id to show (pods, deployments.apps, or the reflector's "
+                  "--resource spec); default: every resource found under the prefix; one that "
+                  "only processors name shows as 'no reflector'", "metavar": "ID"},
+    )  # fmt: skip
+    output: str = field(
+        default="table", metadata={"help": "table (for people) or json (for scripts)"}
+    )
+    member_ttl: float = _same_as(
+        _MEMBERSHIP_FIELDS,
+        "member_ttl",
+        "the processors' --member-ttl, to turn heartbeat deadlines into heartbeat ages",
+    )
+
+    def __post_init__(self) -> None:
+        if self.output not in ("table", "json"):
+            raise SettingsError(f"--output must be table or json, got {self.output!r}")
+        if not self.member_ttl > 0:
+            raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
+        check_key_prefix(self.prefix)
+        try:  # an id, or a reflector --resource spec pasted as is: deployments.v1.apps
+            ids = tuple(dict.fromkeys(resource_id_from(text) for text in self.resource))
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        object.__setattr__(self, "resource", ids)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        HELP + " Exit status: 0 with a report, 1 when no resource exists under the prefix, 2 for "
+        "a mistake (bad flag, unreachable Redis, unknown --resource). Every flag can also be set "
+        "with the INFORMER_BUS_<NAME> environment variable shown in its help."
+    )
+    add_flags(parser, StatusSettings, ENV_PREFIX)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(StatusSettings, ENV_PREFIX, args)
+        connection = settings.redis
+        client = status_client(
+            connection.url, cluster=connection.cluster, **connection_kwargs(connection)
+        )
+    except (SettingsError, ValueError) as exc:
+        return fail(PROGRAM, _one_line(exc))
+    where = redacted_url(settings.redis.url)
+    try:
+        found = discover_resources(client, settings.prefix)
+        wanted = found
+        if settings.resource:
+            missing = [name for name in settings.resource if name not in found]
+            if missing:
+                known = ", ".join(found) or "none"
+                return fail(
+                    PROGRAM,
+                    f"no resource {', '.join(map(repr, missing))} under prefix "
+                    f"{settings.prefix!r} in {where} (found: {known})",
+                )
+            wanted = {name: found[name] for name in settings.resource}
+        snapshot = collect_status(
+            client,
+            prefix=settings.prefix,
+            resources=wanted,
+            member_ttl=settings.member_ttl,
+            redis_url=settings.redis.url,
+        )
+    except redis.RedisError as exc:
+        reason = describe_redis_error(exc) or _one_line(exc)
+        return fail(PROGRAM, f"cannot read Redis at {where}: {reason}")
+    finally:
+        client.close()
+    if settings.output == "json":
+        sys.stdout.write(render_json(snapshot) + "\n")
+    elif snapshot.resources:
+        sys.stdout.write(render_table(snapshot))
+    if not snapshot.resources:
+        print(
+            f"{PROGRAM}: no informer-bus resources under prefix {settings.prefix!r} in {where} "
+            "(no reflector or processor has run against it; check --redis-url and --prefix)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+STATUS = Subcommand(name="status", help=HELP, configure=_configure, run=_run)

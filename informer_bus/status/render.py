@@ -1,0 +1,147 @@
+"""The status snapshot for people (one table block per resource) and for scripts (JSON)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+
+import orjson
+
+from informer_bus.status.model import ResourceStatus, StatusSnapshot
+
+__all__ = ["render_json", "render_resource", "render_table", "shard_ranges"]
+
+
+def render_json(snapshot: StatusSnapshot) -> str:
+    """The snapshot as indented JSON (field names as in the dataclasses), for scripts."""
+    return orjson.dumps(snapshot, option=orjson.OPT_INDENT_2).decode()
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(int(value), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _when(unix: float | None, age: float | None) -> str:
+    if unix is None:
+        return "never"
+    stamp = datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{stamp} ({_seconds(age)} ago)"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _columns(header: Sequence[str], rows: Iterable[Sequence[str]], indent: str = "  ") -> list[str]:
+    table = [list(header), *[list(row) for row in rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return [
+        (indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        .rstrip()
+        for row in table
+    ]  # fmt: skip
+
+
+def shard_ranges(shards: Sequence[int]) -> str:
+    """``0-3,7,9-10``: short enough for a table cell."""
+    parts: list[str] = []
+    start = previous = None
+    for shard in sorted(shards):
+        if previous is not None and shard == previous + 1:
+            previous = shard
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = shard
+    if start is not None:
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+    return ",".join(parts) or "-"
+
+
+def render_resource(resource: ResourceStatus) -> list[str]:
+    """The table lines of one resource (also the body of the demo's live view)."""
+    if not resource.has_reflector:
+        return [
+            f"resource {resource.resource}  (no reflector)",
+            f"  reflector leader  none: no reflector has ever published {resource.resource}: "
+            "nothing will arrive until one runs with this --resource, --redis-url and --prefix",
+            "",
+            *_processor_lines(resource),
+        ]
+    lines = [f"resource {resource.resource}"]
+    if resource.leader is None:
+        leader = "none (no reflector leads: none runs, or its lease lapsed)"
+    else:
+        leader = (
+            f"{resource.leader.holder} (epoch {resource.leader.epoch}, lease expires in "
+            f"{_seconds(resource.leader.expires_in_s)} unless renewed)"
+        )
+    synced_shards = sum(1 for shard in resource.shards if shard.synced)
+    lines += [
+        f"  reflector leader  {leader}",
+        f"  last RV           {resource.last_rv or '-'} (every shard has every event up to it)",
+        f"  last list         {_when(resource.last_list_at, resource.last_list_age_s)}"
+        + (f" at RV {resource.last_list_rv}" if resource.last_list_rv else ""),
+        f"  synced            {_yes(resource.synced)} ({synced_shards}/{len(resource.shards)} "
+        "shards listed)",
+        "",
+    ]
+    live = {p.member for p in resource.processors if p.live}
+    rows = []
+    for shard in resource.shards:
+        owner = shard.owner or "-"
+        if shard.owner is not None and shard.owner not in live:
+            owner += " (gone)"
+        rows.append(
+            (
+                str(shard.shard),
+                owner,
+                _yes(shard.synced),
+                "?" if shard.lag is None else str(shard.lag),
+                str(shard.pending),
+                "-" if shard.lag_s is None else f"{shard.lag_s:.1f}",
+                str(shard.objects),
+                str(shard.stream_length),
+                str(shard.dead_letters),
+            )
+        )
+    lines += _columns(
+        ("SHARD", "OWNER", "SYNCED", "LAG", "PENDING", "LAG_S", "OBJECTS", "STREAM", "DEAD"),
+        rows,
+    )
+    lines.append("")
+    return lines + _processor_lines(resource)
+
+
+def _processor_lines(resource: ResourceStatus) -> list[str]:
+    if resource.processors:
+        return _columns(
+            ("PROCESSOR", "LIVE", "HEARTBEAT", "SHARDS"),
+            (
+                (
+                    p.member,
+                    _yes(p.live),
+                    "-" if p.heartbeat_age_s is None else f"{_seconds(p.heartbeat_age_s)} ago",
+                    f"{len(p.shards)}: {shard_ranges(p.shards)}" if p.shards else "none",
+                )
+                for p in resource.processors
+            ),
+        )
+    return ["  no processors"]
+
+
+def render_table(snapshot: StatusSnapshot) -> str:
+    """The snapshot for people: one block per resource."""
+    lines = [f"redis {snapshot.redis_url}  prefix {snapshot.prefix}", ""]
+    for resource in snapshot.resources:
+        lines += render_resource(resource)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

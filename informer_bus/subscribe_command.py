@@ -1,0 +1,317 @@
+"""``informer-bus subscribe RESOURCE``: the command line of :mod:`informer_bus.subscribe`.
+
+Deltas are printed as they arrive (JSON lines, or a table), one write per delta, so a pipe
+sees each at once; a reader that went away (``| head``) ends it, even while no delta comes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import os
+import select
+import stat
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import IO, Any, Final
+
+import orjson
+import redis
+
+from common.deltas import DeltaType
+from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.service_runner import fail
+from common.settings import (
+    RedisConnection,
+    ServiceSettings,
+    SettingsError,
+    add_flags,
+    check_key_prefix,
+    grouped,
+    settings_from_args,
+)
+from informer_bus.subcommand import Subcommand
+from informer_bus.subscribe import (
+    FROM_BEGINNING,
+    FROM_NOW,
+    VALID_TYPES,
+    SubscribedDelta,
+    SubscribeError,
+    UndecodableEntry,
+    check_start,
+    parse_types,
+    subscribe,
+)
+
+__all__ = ["HELP", "PROGRAM", "SUBSCRIBE", "SubscribeSettings"]
+
+PROGRAM: Final = "informer-bus subscribe"
+ENV_PREFIX: Final = "INFORMER_BUS_"
+HELP: Final = (
+    "Print a resource's deltas as they reach the bus, all shards merged, one per line "
+    "(JSON lines by default); reads without joining the processors' consumer group."
+)
+_OUTPUTS: Final = ("json", "table")
+_EXIT_INTERRUPTED: Final = 130
+_EXIT_REDIS_LOST: Final = 1
+
+_SERVICE_FIELDS: Final = {field.name: field for field in dataclasses.fields(ServiceSettings)}
+
+
+def _service_field(name: str) -> Any:
+    """The services' own field, so flag, env var, default and help are the same everywhere."""
+    shared = _SERVICE_FIELDS[name]
+    return dataclasses.field(default=shared.default, metadata=shared.metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubscribeSettings:
+    """Where the bus is: the services' ``--redis-url`` and ``--prefix`` (same env vars)."""
+
+    redis: RedisConnection = dataclasses.field(
+        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
+    )
+    prefix: str = _service_field("prefix")
+
+    def __post_init__(self) -> None:
+        check_key_prefix(self.prefix)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        HELP + " Ctrl-C stops it; so does closing its output (| head). A resource no reflector "
+        "has published under the prefix is an error (exit 2, one line saying so) unless --wait "
+        "is given: then one line on stderr says what it waits for, and the deltas start with "
+        "the first one published. Exit status: 0 when stopped or done (--count), 1 when Redis "
+        "is lost, 2 for a mistake, 130 on Ctrl-C. The --redis-* flags and "
+        "--prefix can also be set with the INFORMER_BUS_<NAME> environment variable shown in "
+        "their help."
+    )
+    parser.add_argument(
+        "resource",
+        metavar="RESOURCE",
+        help="the resource id of the streams (pods, deployments.apps, pods@shop) or the "
+        "reflector's --resource spec (deployments.v1.apps)",
+    )
+    start = parser.add_argument_group("where to start (one of; default --from-now)")
+    start.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="every delta still on the streams, then new ones",
+    )
+    start.add_argument("--from-now", action="store_true", help="only deltas published from now on")
+    start.add_argument(
+        "--from-id",
+        metavar="ID",
+        help="deltas after this entry ID on every shard (an 'id' printed before, e.g. "
+        "1714567890123-0, or just milliseconds since the epoch)",
+    )
+    parser.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        metavar="TYPES",
+        help=f"only these delta types, comma-separated, repeatable ({VALID_TYPES})",
+    )
+    parser.add_argument("--namespace", "-n", metavar="NS", help="only objects in this namespace")
+    parser.add_argument(
+        "--output",
+        "-o",
+        default="json",
+        metavar="FORMAT",
+        help="json (JSON lines: stream, shard, id, type, key, resourceVersion, uid, "
+        "observedAt, tombstone, object) or table (time, shard, type, key, resourceVersion); "
+        "default json",
+    )
+    parser.add_argument("--count", metavar="N", help="stop after N deltas (after filtering)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="if no reflector has published RESOURCE yet, wait for one (saying so on stderr) "
+        "instead of exiting with status 2",
+    )
+    parser.add_argument(
+        "--shards",
+        "--shard-count",
+        dest="shards",
+        metavar="N",
+        help="the resource's shard count (default: found from the keys in Redis)",
+    )
+    add_flags(parser, SubscribeSettings, ENV_PREFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    start: str
+    types: frozenset[DeltaType] | None
+    output: str
+    count: int | None
+    shards: int | None
+
+
+def _positive(flag: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SubscribeError(f"{flag} must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _options(args: argparse.Namespace) -> _Options:
+    chosen = [
+        flag
+        for flag, given in (
+            ("--from-beginning", args.from_beginning),
+            ("--from-now", args.from_now),
+            ("--from-id", args.from_id is not None),
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise SubscribeError(f"{' and '.join(chosen)} exclude each other: give one")
+    if args.from_beginning:
+        start = FROM_BEGINNING
+    elif args.from_id is not None:
+        start = check_start(args.from_id)
+    else:
+        start = FROM_NOW
+    if args.output not in _OUTPUTS:
+        raise SubscribeError(f"unknown output {args.output!r}; use {' or '.join(_OUTPUTS)}")
+    return _Options(
+        start=start,
+        types=None if args.types is None else parse_types(args.types),
+        output=args.output,
+        count=_positive("--count", args.count),
+        shards=_positive("--shards", args.shards),
+    )
+
+
+class _ReaderGone:
+    """Set once nobody reads our stdout pipe any more (``| head`` exited).
+
+    A write would tell us too (EPIPE), but a subscriber waiting for the next delta writes
+    nothing: without this, ``informer-bus subscribe pods | head -1`` would hang until the
+    next change. Linux reports a pipe without readers as POLLERR to its writer.
+    """
+
+    def __init__(self, stream: IO[Any]) -> None:
+        self._poller: select.poll | None = None
+        try:
+            fd = stream.fileno()
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                self._poller = select.poll()
+                self._poller.register(fd, 0)  # errors and hang-ups are always reported
+        except (OSError, ValueError):
+            self._poller = None
+
+    def is_set(self) -> bool:
+        return self._poller is not None and bool(self._poller.poll(0))
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail (what the Python
+    docs recommend on SIGPIPE/EPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def _warn_undecodable(entry: UndecodableEntry) -> None:
+    print(
+        f"{PROGRAM}: warning: skipping undecodable entry {entry.entry_id} on {entry.stream}: "
+        f"{entry.error}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _say_waiting(why: str) -> None:
+    print(f"{PROGRAM}: waiting: {why}", file=sys.stderr, flush=True)
+
+
+_TABLE_HEADER: Final = f"{'TIME':<24}  {'SHARD':>5}  {'TYPE':<8}  {'KEY':<48}  RESOURCEVERSION"
+
+
+def _table_line(delta: SubscribedDelta) -> str:
+    when = datetime.fromtimestamp(delta.observed_at, UTC).isoformat(timespec="milliseconds")
+    when = when.replace("+00:00", "Z")
+    line = (
+        f"{when:<24}  {delta.shard:>5}  {delta.type.value:<8}  {delta.key:<48}  "
+        f"{delta.resource_version or '-'}"
+    )
+    return line + ("  (tombstone)" if delta.tombstone else "")
+
+
+def _print_deltas(deltas: Iterator[SubscribedDelta], output: str) -> None:
+    out = sys.stdout.buffer
+    if output == "table":
+        out.write(_TABLE_HEADER.encode() + b"\n")
+        out.flush()
+        for delta in deltas:
+            out.write(_table_line(delta).encode() + b"\n")
+            out.flush()
+        return
+    for delta in deltas:
+        out.write(orjson.dumps(delta.as_json_dict(), option=orjson.OPT_APPEND_NEWLINE))
+        out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _subscribe_and_print(args)
+    except KeyboardInterrupt:
+        return _EXIT_INTERRUPTED
+
+
+def _subscribe_and_print(args: argparse.Namespace) -> int:
+    reader_gone = _ReaderGone(sys.stdout)
+    try:
+        settings = settings_from_args(SubscribeSettings, ENV_PREFIX, args)
+        connection = connection_kwargs(settings.redis)
+        options = _options(args)
+    except (SettingsError, SubscribeError) as exc:
+        return fail(PROGRAM, str(exc))
+    try:
+        subscription = subscribe(
+            settings.redis.url,
+            args.resource,
+            start=options.start,
+            types=options.types,
+            namespace=args.namespace,
+            shard_count=options.shards,
+            prefix=settings.prefix,
+            stop=reader_gone,
+            on_undecodable=_warn_undecodable,
+            connection=connection,
+            cluster=settings.redis.cluster,
+            wait=args.wait,
+            on_waiting=_say_waiting,
+        )
+    except SubscribeError as exc:
+        return fail(PROGRAM, str(exc))
+    except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
+        reason = describe_redis_error(exc) or exc
+        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis.url)}: {reason}")
+    with subscription:
+        try:
+            _print_deltas(itertools.islice(subscription, options.count), options.output)
+        except BrokenPipeError:
+            _silence_stdout()
+            return 0
+        except redis.RedisError as exc:
+            print(f"{PROGRAM}: error: lost Redis: {exc}", file=sys.stderr)
+            return _EXIT_REDIS_LOST
+    if reader_gone.is_set():
+        _silence_stdout()
+    return 0
+
+
+SUBSCRIBE: Final = Subcommand(name="subscribe", help=HELP, configure=configure_parser, run=run)
