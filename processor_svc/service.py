@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
-from common.observability import ObservabilityServer
+from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import Publication, read_publication
 from common.redis_config import redacted_url
@@ -148,14 +148,9 @@ class ProcessorService:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._server = ObservabilityServer(
-            self.registry,
-            healthz=self.healthz,
-            readyz=self.readyz,
-            host=self.settings.http_host,
-            port=self.settings.http_port,
+        self._server = serve_probes(
+            self, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._server.start()
         start_handlers(self._handler_objects)
         self.dispatcher.start()
         self._gate.start()
@@ -241,11 +236,9 @@ class ProcessorService:
                 if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
                     last_failure_log = now
                     log.warning(
-                        "%s: looking for its reflector failed, retrying: %s: %s [Redis %s]",
+                        "%s: looking for its reflector failed, retrying: %s",
                         self.resource,
-                        type(exc).__name__,
-                        " ".join(str(exc).split()),
-                        redacted_url(self.settings.redis.url),
+                        self._redis_failure(exc),
                     )
                 self._stopping.wait(poll)
                 continue
@@ -320,12 +313,13 @@ class ProcessorService:
             self._membership.leave()
         except redis.RedisError as exc:
             log.warning(
-                "%s: could not leave the members: %s: %s [Redis %s]",
-                self.resource,
-                type(exc).__name__,
-                " ".join(str(exc).split()),
-                redacted_url(self.settings.redis.url),
+                "%s: could not leave the members: %s", self.resource, self._redis_failure(exc)
             )
+
+    def _redis_failure(self, exc: redis.RedisError) -> str:
+        """``Type: message [Redis URL]`` on one line, password masked, for a retry's log."""
+        message = " ".join(str(exc).split())
+        return f"{type(exc).__name__}: {message} [Redis {redacted_url(self.settings.redis.url)}]"
 
     # --- shards ---------------------------------------------------------------------------
 
