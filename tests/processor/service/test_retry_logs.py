@@ -24,7 +24,7 @@ from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until
 
 PASSWORD = "retry-s3cret"
-EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 SHARDS = 2
 COMMON = ["--shard-count", str(SHARDS), "--http-host", "127.0.0.1", "--http-port", "0"]
 
