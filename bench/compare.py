@@ -82,6 +82,7 @@ import redis
 import urllib3
 from bench_handlers import Trivial
 from harness import BenchError, start_simulator_and_redis
+from inprocess_readers import BARE_READ_SIZE, bare_list, official_list
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.informer import ADDED, MODIFIED, SharedInformer
@@ -95,17 +96,9 @@ from pipeline import (
     steady,
     wait_synced,
 )
-from reflector import (
-    BARE_READ_SIZE,
-    Sim,
-    _interrupt,
-    _progress,
-    _timeout,
-    bare_list,
-    machine,
-    official_list,
-    wait_for,
-)
+from reporting import machine
+from run_control import progress, stop_on_signals, timeout_for, wait_for
+from sim_control import Sim
 
 from common.service_runner import fail
 from informer_bus.apiserver_sim import SimulatorSettings
@@ -359,7 +352,7 @@ def last_step_seen(group: Group, count: int, what: str) -> None:
     """Until the handler saw update ``count - 1`` of a churn: every other update is older, so
     a contender that coalesces events (kopf) has then caught up. Polled slowly: the times come
     from the handler's stamps, not from this loop."""
-    deadline = time.monotonic() + _timeout(count)
+    deadline = time.monotonic() + timeout_for(count)
     while not any(update.step == count - 1 for update in group.updates()):
         group.check_alive()
         if time.monotonic() > deadline:
@@ -375,7 +368,7 @@ def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind
         last_step_seen(group, count, what)
     else:
         wait_for(
-            lambda: group.updates_seen() >= count, what, _timeout(count), alive=group.check_alive
+            lambda: group.updates_seen() >= count, what, timeout_for(count), alive=group.check_alive
         )
     times = [update.handled for update in group.updates()]
     if kind != KOPF and len(times) != count:
@@ -401,13 +394,13 @@ def measure_contender(
     child = ContenderChild(kind, sim.url, args.pods, data_dir, workdir / f"{kind}.log")
     group = ContenderGroup(child, data_dir, workdir)
     results: list[Result] = []
-    _progress(args, f"{label}: initial sync of {args.pods:,} pods")
+    progress(args, f"{label}: initial sync of {args.pods:,} pods")
     group.start()
     try:
         wait_for(
             lambda: child.sync_seconds is not None,
             f"{label}'s initial sync",
-            _timeout(args.pods),
+            timeout_for(args.pods),
             alive=child.check_alive,
         )
         assert child.sync_seconds is not None
@@ -415,9 +408,9 @@ def measure_contender(
             Result(SYNC, kind, label, args.pods, child.sync_seconds, peak_rss_mb([child.pid]))
         )
         sim.wait_watching(alive=child.check_alive)
-        _progress(args, f"{label}: burst of {args.burst:,} updates")
+        progress(args, f"{label}: burst of {args.burst:,} updates")
         results.append(contender_burst(sim, group, args.burst, next(seeds), kind))
-        _progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
+        progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
         row, _ = steady(
             sim, group, args.steady_rate, args.steady_seconds, next(seeds),
             coalescing=kind == KOPF,
@@ -466,7 +459,7 @@ def measure_informer_bus(
     for count, compact in CONFIGURATIONS:
         label, contender = _ib_label(count, compact), _ib(count, compact)
         tag = f"t{count}" + ("c" if compact else "")
-        _progress(args, f"{label}: initial sync from the filled Redis")
+        progress(args, f"{label}: initial sync from the filled Redis")
         with group_running(
             count, TRIVIAL, server.url, workdir, tag, compact_cache=compact
         ) as group:
@@ -484,13 +477,11 @@ def measure_informer_bus(
             }
             results.append(Result(SYNC, contender, label, args.pods, list_seconds + from_started,
                                   peak_rss_mb(pids), extra=extra))  # fmt: skip
-            _progress(args, f"{label}: burst of {args.burst:,} updates")
+            progress(args, f"{label}: burst of {args.burst:,} updates")
             seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
             results.append(Result(BURST, contender, label, args.burst, seconds,
                                   peak_rss_mb(pids), extra=cpu))  # fmt: skip
-            _progress(
-                args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s"
-            )
+            progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
             row, _ = steady(sim, group, args.steady_rate, args.steady_seconds, next(seeds))
             results.append(_steady_result(row, contender, label, pids))
         reflector.check_alive()
@@ -517,8 +508,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
     with contextlib.ExitStack() as stack:
         process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
-        _progress(args, f"populating {args.pods:,} pods")
+        progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
+        progress(args, f"populating {args.pods:,} pods")
         sim.populate(args.pods, seed=1)
         for kind in CONTENDERS:
             if kind not in args.skip:
@@ -794,10 +785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.chart_from is not None:
         print(write_chart(orjson.loads(args.chart_from.read_bytes()), args.chart))
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
-    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
-    # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_signals()
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         try:
             results, memory = measure(args, Path(tmp))

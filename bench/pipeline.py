@@ -50,11 +50,9 @@ import concurrent.futures
 import contextlib
 import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -66,25 +64,19 @@ from typing import Any
 import orjson
 import redis
 from bench_handlers import DIR_ENV, RECORD, Update
-from harness import ROOT, ServiceChild, process_cpu_seconds, start_simulator_and_redis
-from kubernetes import client as kube_client
-from reflector import (
-    PREFIX,
-    RESOURCE,
-    SHARDS,
+from harness import (
+    ROOT,
     BenchError,
-    ReflectorChild,
-    Sim,
-    _interrupt,
-    _progress,
-    _timeout,
-    frozen_heap,
-    machine,
-    shared_informer,
-    stream_entries,
-    synced_shards,
-    wait_for,
+    ServiceChild,
+    process_cpu_seconds,
+    start_simulator_and_redis,
 )
+from inprocess_readers import frozen_heap, shared_informer
+from kubernetes import client as kube_client
+from reflector_child import PREFIX, SHARDS, ReflectorChild, stream_entries, synced_shards
+from reporting import machine, print_header, print_machine, print_notes, ratio_cells
+from run_control import progress, stop_on_signals, timeout_for, wait_for
+from sim_control import RESOURCE, Sim
 
 from informer_bus.apiserver_sim import SimulatorSettings
 from informer_bus.apiserver_sim.load import COMMITTED_AT_ANNOTATION
@@ -364,7 +356,10 @@ def _per_processor(group: Group) -> list[tuple[int, float]]:
 def wait_synced(group: Group, pods: int) -> tuple[float, float]:
     """Seconds from the first child's "started" line, and from spawn, until balanced+ready."""
     wait_for(
-        group.balanced, "the processors' initial sync", _timeout(pods) + 60, alive=group.check_alive
+        group.balanced,
+        "the processors' initial sync",
+        timeout_for(pods) + 60,
+        alive=group.check_alive,
     )
     ready = time.monotonic()
     started = min(child.started for child in group.children)
@@ -389,7 +384,7 @@ def burst(
     wait_for(
         lambda: group.updates_seen() >= count,
         "the burst through the pipeline",
-        _timeout(count),
+        timeout_for(count),
         alive=group.check_alive,
     )
     after = cpu()
@@ -468,7 +463,7 @@ def steady(
         if coalescing
         else (lambda: group.updates_seen() >= created),
         "the steady churn's last updates",
-        _timeout(created),
+        timeout_for(created),
         alive=group.check_alive,
     )
     records = group.updates()
@@ -504,7 +499,7 @@ def informer_rows(
     configuration.host = sim.url
     api = kube_client.ApiClient(configuration)
     stack.callback(api.close)
-    _progress(
+    progress(
         args,
         f"SharedInformer: list of {args.informer_pods:,} pods, burst of "
         f"{args.informer_burst:,} updates",
@@ -529,14 +524,14 @@ def informer_rows(
 def start_reflector(
     args: argparse.Namespace, sim: Sim, redis_url: str, workdir: Path, stack: contextlib.ExitStack
 ) -> ReflectorChild:
-    _progress(args, f"reflector: listing {args.pods:,} pods into Redis")
+    progress(args, f"reflector: listing {args.pods:,} pods into Redis")
     reflector = ReflectorChild(sim.url, redis_url, workdir / "reflector.log")
     stack.callback(reflector.stop)
     reflector.start()
     wait_for(
         lambda: reflector.synced > 0,
         "the reflector's initial list",
-        _timeout(args.pods),
+        timeout_for(args.pods),
         alive=reflector.check_alive,
     )
     client = redis.Redis.from_url(redis_url, socket_timeout=60)
@@ -563,13 +558,13 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
     with contextlib.ExitStack() as stack:
         process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
-        _progress(args, f"populating {args.informer_pods:,} pods")
+        progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
+        progress(args, f"populating {args.informer_pods:,} pods")
         sim.populate(args.informer_pods, seed=1)
         informer_list, informer_burst = informer_rows(args, sim, stack, seeds)
         rows += [informer_list, informer_burst]
         if args.pods > args.informer_pods:
-            _progress(args, f"populating {args.pods - args.informer_pods:,} more pods")
+            progress(args, f"populating {args.pods - args.informer_pods:,} more pods")
             sim.populate(args.pods - args.informer_pods, seed=2)
         reflector = start_reflector(args, sim, server.url, workdir, stack)
         assert server.process is not None
@@ -579,7 +574,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             "simulator": process.pid,
         }
         for count in PROCESSOR_COUNTS:
-            _progress(args, f"{_procs(count)}, trivial handler: initial sync")
+            progress(args, f"{_procs(count)}, trivial handler: initial sync")
             with group_running(count, TRIVIAL, server.url, workdir, f"t{count}") as group:
                 from_started, from_spawn = wait_synced(group, args.pods)
                 extra = {
@@ -597,7 +592,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
                         extra=extra,
                     )
                 )
-                _progress(args, f"{_procs(count)}, trivial handler: burst of {args.burst:,}")
+                progress(args, f"{_procs(count)}, trivial handler: burst of {args.burst:,}")
                 seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
                 rows.append(
                     Row(
@@ -612,7 +607,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
                     )
                 )
                 if count == args.steady_processors:
-                    _progress(
+                    progress(
                         args,
                         f"{_procs(count)}: steady {args.steady_rate:g} updates/s "
                         f"for {args.steady_seconds:g} s",
@@ -624,12 +619,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             reflector.check_alive()
         single: Row | None = None
         for count in IO_COUNTS:
-            _progress(args, f"{_procs(count)}, 2 ms handler: burst of {args.io_burst:,}")
+            progress(args, f"{_procs(count)}, 2 ms handler: burst of {args.io_burst:,}")
             with group_running(count, IO_BOUND, server.url, workdir, f"io{count}") as group:
                 wait_synced(group, args.pods)
                 seconds, cpu = burst(sim, group, args.io_burst, next(seeds), others)
                 shares = _per_processor(group)
-            _progress(args, "  per processor (events, busy s): " + ", ".join(
+            progress(args, "  per processor (events, busy s): " + ", ".join(
                 f"{n} in {busy:.2f} s" for n, busy in shares))  # fmt: skip
             row = Row(IO_BURST, _procs(count), args.io_burst, seconds, extra=cpu)
             row.extra["per_processor"] = shares
@@ -693,10 +688,7 @@ def notes(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
 
 def print_table(report: dict[str, Any]) -> None:
     m, s = report["machine"], report["sizes"]
-    print(
-        f"informer-bus end-to-end benchmark: {m['cores']} cores ({m['cpu'] or 'unknown cpu'}), "
-        f"Python {m['python']}, {m['platform']}"
-    )
+    print_machine("informer-bus end-to-end benchmark", m)
     print(
         f"sizes: {s['pods']:,} pods, bursts of {s['burst']:,} updates, {s['io_burst']:,} with "
         f"the 2 ms handler; steady {s['steady_rate']:g}/s for {s['steady_seconds']:g} s; "
@@ -706,12 +698,9 @@ def print_table(report: dict[str, Any]) -> None:
         f"{'workload':20} {'config':15} {'events':>8} {'seconds':>8} {'events/s':>9} "
         f"{'ratio':>7}  {'vs':15} target"
     )
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for r in report["rows"]:
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-        target = "" if r["target_ratio"] is None else f">= {r['target_ratio']:.2f}x "
-        verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
+        ratio, target, verdict = ratio_cells(r)
         extra = ""
         if r["workload"] == STEADY:
             extra = f"  latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
@@ -724,9 +713,7 @@ def print_table(report: dict[str, Any]) -> None:
             f"{r['events_per_s']:>9,.0f} {ratio:>7}  {r['baseline'] or '':15} "
             f"{target}{verdict}{extra}".rstrip()
         )
-    print()
-    for note in report["notes"]:
-        print(textwrap.fill(note, width=100, initial_indent="* ", subsequent_indent="  "))
+    print_notes(report["notes"])
 
 
 def main() -> int:
@@ -763,10 +750,7 @@ def main() -> int:
         parser.error("--steady-seconds and --steady-rate must be positive")
     if args.informer_pods > args.pods:
         parser.error("--informer-pods cannot exceed --pods")
-    signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
-    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
-    # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_signals()
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         try:
             rows, latency = measure(args, Path(tmp))
