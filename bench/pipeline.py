@@ -52,7 +52,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -64,18 +63,13 @@ from typing import Any
 import orjson
 import redis
 from bench_handlers import DIR_ENV, RECORD, Update
-from harness import (
-    ROOT,
-    BenchError,
-    ServiceChild,
-    process_cpu_seconds,
-    start_simulator_and_redis,
-)
+from harness import ROOT, BenchError, ServiceChild, start_simulator_and_redis
 from inprocess_readers import frozen_heap, shared_informer
 from kubernetes import client as kube_client
+from proc_stats import process_cpu_seconds
 from reflector_child import PREFIX, SHARDS, ReflectorChild, stream_entries, synced_shards
 from reporting import machine, print_header, print_machine, print_notes, ratio_cells
-from run_control import progress, stop_on_signals, timeout_for, wait_for
+from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import RESOURCE, Sim
 
 from informer_bus.apiserver_sim import SimulatorSettings
@@ -750,16 +744,9 @@ def main() -> int:
         parser.error("--steady-seconds and --steady-rate must be positive")
     if args.informer_pods > args.pods:
         parser.error("--informer-pods cannot exceed --pods")
-    stop_on_signals()
-    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-        try:
-            rows, latency = measure(args, Path(tmp))
-        except BenchError as exc:
-            print(f"bench/pipeline.py: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("interrupted; every child process was stopped", file=sys.stderr)
-            return 130
+    rows, latency = measure_in(
+        "bench-pipeline-", "bench/pipeline.py", lambda workdir: measure(args, workdir)
+    )
     report: dict[str, Any] = {
         "machine": machine(),
         "sizes": {

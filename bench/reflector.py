@@ -44,13 +44,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import urllib3
-from harness import BenchError, start_simulator_and_redis
+from harness import start_simulator_and_redis
 from inprocess_readers import (
     bare_list,
     bare_watch_burst,
@@ -75,7 +74,7 @@ from reflector_report import (
     rows,
 )
 from reporting import machine
-from run_control import progress, stop_on_signals
+from run_control import measure_in, progress
 from sim_control import Sim
 
 from informer_bus.apiserver_sim import SimulatorSettings
@@ -259,16 +258,9 @@ def main() -> int:
         if not Path(sys.executable).with_name("py-spy").exists():
             parser.error("--py-spy needs py-spy in the venv: .venv/bin/pip install py-spy")
         args.py_spy.mkdir(parents=True, exist_ok=True)
-    stop_on_signals()
-    with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
-        try:
-            results = measure(args, sizes, Path(tmp))
-        except BenchError as exc:
-            print(f"bench/reflector.py: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("interrupted; every child process was stopped", file=sys.stderr)
-            return 130
+    results = measure_in(
+        "bench-reflector-", "bench/reflector.py", lambda workdir: measure(args, sizes, workdir)
+    )
     report = {
         "machine": machine(),
         "sizes": {

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 import redis
-from harness import BenchError, ServiceChild, process_cpu_seconds
+from harness import BenchError, ServiceChild
+from proc_stats import process_cpu_seconds
 from run_control import timeout_for, wait_for
 from sim_control import RESOURCE, Sim
 

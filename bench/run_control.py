@@ -11,11 +11,16 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 from harness import BenchError
+
+T = TypeVar("T")
 
 
 def wait_for(
@@ -51,3 +56,19 @@ def stop_on_signals() -> None:
     # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
     # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def measure_in(prefix: str, program: str, measure: Callable[[Path], T]) -> T:
+    """``measure`` in a fresh temporary directory (``prefix``), stopped by Ctrl-C or SIGTERM.
+    A :class:`BenchError` or an interrupt ends the program, with exit status 1 or 130, after
+    one line on stderr saying why; every child process is stopped by then."""
+    stop_on_signals()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        try:
+            return measure(Path(tmp))
+        except BenchError as exc:
+            print(f"{program}: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            print("interrupted; every child process was stopped", file=sys.stderr)
+            raise SystemExit(130) from None
