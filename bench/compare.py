@@ -87,17 +87,10 @@ from compare_report import (
     write_chart,
 )
 from harness import BenchError, start_simulator_and_redis
-from pipeline import (
-    TRIVIAL,
-    Group,
-    ProcessorChild,
-    burst,
-    group_running,
-    start_reflector,
-    steady,
-    wait_synced,
-)
+from pipeline import start_reflector
+from pipeline_workloads import burst, steady
 from proc_stats import memory_kb, peak_rss_mb
+from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
 from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import Sim
@@ -120,7 +113,7 @@ STRIP = build_transform(is_secret=False)  # the reflector's default: managedFiel
 
 class ContenderChild(ProcessorChild):
     """``python -m compare --child KIND``: a peer in its own process, reporting to the same
-    files as the processors' handler (so :class:`pipeline.Group` reads both alike)."""
+    files as the processors' handler (so :class:`processor_group.Group` reads both alike)."""
 
     def __init__(self, kind: str, sim_url: str, pods: int, data_dir: Path, log_path: Path) -> None:
         super().__init__("", TRIVIAL, kind, data_dir, log_path)  # its environment, bench paths
