@@ -61,232 +61,51 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import importlib.metadata
-import os
-import signal
 import sys
-import tempfile
-import textwrap
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import orjson
 import redis
-import urllib3
-from bench_handlers import Trivial
+from compare_contenders import CONTENDERS, KOPF, LABELS, run_child
+from compare_report import (
+    BURST,
+    PROGRAM,
+    STEADY,
+    SYNC,
+    Result,
+    informer_bus_key,
+    informer_bus_label,
+    memory_targets,
+    notes,
+    print_table,
+    rows,
+    write_chart,
+)
 from harness import BenchError, start_simulator_and_redis
-from kubernetes import client as kube_client
-from kubernetes import watch as kube_watch
-from kubernetes.informer import ADDED, MODIFIED, SharedInformer
-from pipeline import (
-    TRIVIAL,
-    Group,
-    ProcessorChild,
-    burst,
-    group_running,
-    start_reflector,
-    steady,
-    wait_synced,
-)
-from reflector import (
-    BARE_READ_SIZE,
-    Sim,
-    _interrupt,
-    _progress,
-    _timeout,
-    bare_list,
-    machine,
-    official_list,
-    wait_for,
-)
+from pipeline import start_reflector
+from pipeline_workloads import burst, steady
+from proc_stats import memory_kb, peak_rss_mb
+from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
+from reporting import machine
+from run_control import measure_in, progress, timeout_for, wait_for
+from sim_control import Sim
 
 from common.service_runner import fail
 from informer_bus.apiserver_sim import SimulatorSettings
 from reflector_svc.transform import build_transform
 from tests.support.redis_server import RedisServer
 
-PROGRAM = "bench/compare.py"
-
-INFORMER_BUS = "informer-bus"
-WATCH = "watch"
-SHARED_INFORMER = "sharedinformer"
-KOPF = "kopf"
-BARE = "bare"
-CONTENDERS = (BARE, WATCH, SHARED_INFORMER, KOPF)
-"""The peers, by their ``--child`` / ``--skip`` name, in the order they run."""
-LABELS = {
-    BARE: "bare urllib3+orjson",
-    WATCH: "kubernetes Watch (models)",
-    SHARED_INFORMER: "kubernetes SharedInformer",
-    KOPF: f"kopf {importlib.metadata.version('kopf')}",
-}
 CONFIGURATIONS = ((1, False), (2, False), (4, False), (1, True))
 """informer-bus runs: (processors, compact cache); the compact run is the memory target's."""
 
-SYNC = "initial sync"
-BURST = "watch burst"
-STEADY = "steady"
-WORKLOADS = (SYNC, BURST, STEADY)
-
-BURST_TARGETS = {SHARED_INFORMER: 5.0, KOPF: 3.0, BARE: 0.6}
-"""informer-bus burst events/s over the contender's, at least."""
-SYNC_TARGETS = {SHARED_INFORMER: 5.0}
-"""informer-bus initial sync (4 processors) events/s over the contender's, at least."""
-SYNC_REFERENCE = 4
-"""Processors of the informer-bus row initial-sync ratios are taken against (the issue's)."""
-P99_TARGET_MS = 10.0
-PROCESSOR_MEMORY_TARGET = 1.5
-"""A processor's RSS growth per cached pod over the pod's JSON size, at most."""
-REDIS_MEMORY_TARGET = 2.0
-"""Redis used_memory over the JSON of the cached objects plus the retained stream, at most."""
-
 DEFAULTS = {"pods": 100_000, "burst": 50_000, "steady_seconds": 30.0, "steady_rate": 1000.0}
 QUICK = {"pods": 5_000, "burst": 5_000, "steady_seconds": 5.0, "steady_rate": 1000.0}
-MB = 1 << 20
 STRIP = build_transform(is_secret=False)  # the reflector's default: managedFields stripped
-
-
-# ----------------------------------------------------------------------------- the children
-
-
-def _say(message: str) -> None:
-    """A JSON log line on stderr, the way the services write them (harness.ServiceChild)."""
-    sys.stderr.buffer.write(orjson.dumps({"message": message}) + b"\n")
-    sys.stderr.flush()
-
-
-def _annotations_of(model: Any) -> dict[str, Any]:
-    """What ``Trivial.on_update`` reads from a dict, taken from a kubernetes model."""
-    return {"metadata": {"annotations": model.metadata.annotations}}
-
-
-def _api(sim_url: str) -> kube_client.ApiClient:
-    configuration = kube_client.Configuration()
-    configuration.host = sim_url
-    return kube_client.ApiClient(configuration)
-
-
-def child_watch(sim_url: str, pods: int, handler: Trivial) -> None:
-    api = _api(sim_url)
-    _say(f"synced {official_list(api, pods)}")
-    core = kube_client.CoreV1Api(api)
-    listed = core.list_pod_for_all_namespaces(limit=1).metadata
-    assert listed is not None
-    # The client's watch and informer modules carry no annotations.
-    stream = kube_watch.Watch().stream(  # type: ignore[no-untyped-call]
-        core.list_pod_for_all_namespaces,
-        resource_version=listed.resource_version,
-        timeout_seconds=3600,
-    )
-    for event in stream:
-        if event["type"] == "MODIFIED":
-            handler.on_update({}, _annotations_of(event["object"]))
-
-
-def child_shared_informer(sim_url: str, pods: int, handler: Trivial) -> None:
-    # The client's informer module carries no annotations: an Any of it.
-    informer: Any = SharedInformer(  # type: ignore[no-untyped-call]
-        kube_client.CoreV1Api(_api(sim_url)).list_pod_for_all_namespaces
-    )
-    added = 0
-    started = time.perf_counter()
-
-    def on_added(obj: Any) -> None:
-        nonlocal added
-        handler.on_add(obj, True)
-        added += 1
-        if added == pods:
-            _say(f"synced {time.perf_counter() - started}")
-
-    informer.add_event_handler(ADDED, on_added)
-    informer.add_event_handler(MODIFIED, lambda obj: handler.on_update({}, _annotations_of(obj)))
-    informer.start()
-    threading.Event().wait()  # until SIGTERM
-
-
-def child_kopf(sim_url: str, pods: int, handler: Trivial) -> None:
-    import kopf  # only this child pays for kopf's imports
-
-    registry = kopf.OperatorRegistry()
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # no k8s Event per log line: the bench measures events
-    listed = 0
-    started = time.perf_counter()
-
-    @kopf.on.login(registry=registry)
-    async def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=sim_url, insecure=True)
-
-    @kopf.on.event("pods", registry=registry)
-    async def seen(type: str | None, body: kopf.Body, **_: Any) -> None:
-        nonlocal listed
-        # Trivial only reads ``["metadata"]`` of the object: kopf's Body mapping will do.
-        obj = cast(dict[str, Any], body)
-        if type is None:  # kopf's mark of an object listed at start-up
-            handler.on_add(obj, True)
-            listed += 1
-            if listed == pods:
-                _say(f"synced {time.perf_counter() - started}")
-        elif type == "MODIFIED":
-            handler.on_update({}, obj)
-
-    kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True)
-
-
-def child_bare(sim_url: str, pods: int, handler: Trivial) -> None:
-    pool = urllib3.PoolManager(maxsize=2)
-    _say(f"synced {bare_list(pool, sim_url, pods)}")
-    rv = orjson.loads(pool.request("GET", f"{sim_url}/api/v1/pods?limit=1").data)["metadata"][
-        "resourceVersion"
-    ]
-    resp = pool.request(
-        "GET",
-        f"{sim_url}/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=3600",
-        preload_content=False,
-        timeout=urllib3.Timeout(connect=10, read=None),
-    )
-    buffer = b""
-    loads = orjson.loads
-    while chunk := resp.read1(BARE_READ_SIZE):
-        lines = (buffer + chunk).split(b"\n")
-        buffer = lines.pop()
-        for line in lines:
-            if line and (event := loads(line))["type"] == "MODIFIED":
-                handler.on_update({}, event["object"])
-
-
-CHILDREN: dict[str, Callable[[str, int, Trivial], None]] = {
-    WATCH: child_watch,
-    SHARED_INFORMER: child_shared_informer,
-    KOPF: child_kopf,
-    BARE: child_bare,
-}
-
-
-def _exit_now(signum: int, frame: FrameType | None) -> NoReturn:
-    # The bench has read what it measures before it stops a child: nothing to drain, and a
-    # reader blocked in a request (or kopf in its graceful stop) must not hold the run up.
-    os._exit(0)
-
-
-def run_child(args: argparse.Namespace) -> int:
-    """One contender, in this process, until SIGTERM (started by :class:`ContenderChild`)."""
-    signal.signal(signal.SIGTERM, _exit_now)
-    handler = Trivial()
-    try:
-        CHILDREN[args.child](args.sim_url, args.pods, handler)
-    except Exception as exc:
-        _say(f"failed: {type(exc).__name__}: {exc}")
-        return 1
-    _say("ended")
-    return 0
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -294,7 +113,7 @@ def run_child(args: argparse.Namespace) -> int:
 
 class ContenderChild(ProcessorChild):
     """``python -m compare --child KIND``: a peer in its own process, reporting to the same
-    files as the processors' handler (so :class:`pipeline.Group` reads both alike)."""
+    files as the processors' handler (so :class:`processor_group.Group` reads both alike)."""
 
     def __init__(self, kind: str, sim_url: str, pods: int, data_dir: Path, log_path: Path) -> None:
         super().__init__("", TRIVIAL, kind, data_dir, log_path)  # its environment, bench paths
@@ -317,49 +136,11 @@ class ContenderGroup(Group):
         self.children = [child]
 
 
-def memory_kb(pid: int, field_name: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1])
-    raise BenchError(f"no {field_name} in /proc/{pid}/status")
-
-
-def peak_rss_mb(pids: Sequence[int]) -> float:
-    """The largest peak RSS (``VmHWM``) of ``pids``, in MiB."""
-    return round(max(memory_kb(pid, "VmHWM") for pid in pids) / 1024, 1)
-
-
-@dataclass
-class Result:
-    workload: str
-    contender: str
-    """A key of CONTENDERS or ``informer-bus/<n>``."""
-    label: str
-    events: int
-    seconds: float
-    peak_rss_mb: float
-    latency: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rate(self) -> float:
-        return self.events / max(self.seconds, 1e-6)
-
-
-def _ib(count: int, compact: bool = False) -> str:
-    return f"{INFORMER_BUS}/{count}" + ("/compact" if compact else "")
-
-
-def _ib_label(count: int, compact: bool = False) -> str:
-    plural = "s" if count > 1 else ""
-    return f"informer-bus, {count} processor{plural}" + (", compact cache" if compact else "")
-
-
 def last_step_seen(group: Group, count: int, what: str) -> None:
     """Until the handler saw update ``count - 1`` of a churn: every other update is older, so
     a contender that coalesces events (kopf) has then caught up. Polled slowly: the times come
     from the handler's stamps, not from this loop."""
-    deadline = time.monotonic() + _timeout(count)
+    deadline = time.monotonic() + timeout_for(count)
     while not any(update.step == count - 1 for update in group.updates()):
         group.check_alive()
         if time.monotonic() > deadline:
@@ -375,7 +156,7 @@ def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind
         last_step_seen(group, count, what)
     else:
         wait_for(
-            lambda: group.updates_seen() >= count, what, _timeout(count), alive=group.check_alive
+            lambda: group.updates_seen() >= count, what, timeout_for(count), alive=group.check_alive
         )
     times = [update.handled for update in group.updates()]
     if kind != KOPF and len(times) != count:
@@ -401,13 +182,13 @@ def measure_contender(
     child = ContenderChild(kind, sim.url, args.pods, data_dir, workdir / f"{kind}.log")
     group = ContenderGroup(child, data_dir, workdir)
     results: list[Result] = []
-    _progress(args, f"{label}: initial sync of {args.pods:,} pods")
+    progress(args, f"{label}: initial sync of {args.pods:,} pods")
     group.start()
     try:
         wait_for(
             lambda: child.sync_seconds is not None,
             f"{label}'s initial sync",
-            _timeout(args.pods),
+            timeout_for(args.pods),
             alive=child.check_alive,
         )
         assert child.sync_seconds is not None
@@ -415,9 +196,9 @@ def measure_contender(
             Result(SYNC, kind, label, args.pods, child.sync_seconds, peak_rss_mb([child.pid]))
         )
         sim.wait_watching(alive=child.check_alive)
-        _progress(args, f"{label}: burst of {args.burst:,} updates")
+        progress(args, f"{label}: burst of {args.burst:,} updates")
         results.append(contender_burst(sim, group, args.burst, next(seeds), kind))
-        _progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
+        progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
         row, _ = steady(
             sim, group, args.steady_rate, args.steady_seconds, next(seeds),
             coalescing=kind == KOPF,
@@ -464,9 +245,9 @@ def measure_informer_bus(
     results: list[Result] = []
     processor_growth: dict[tuple[int, bool], float] = {}
     for count, compact in CONFIGURATIONS:
-        label, contender = _ib_label(count, compact), _ib(count, compact)
+        label, contender = informer_bus_label(count, compact), informer_bus_key(count, compact)
         tag = f"t{count}" + ("c" if compact else "")
-        _progress(args, f"{label}: initial sync from the filled Redis")
+        progress(args, f"{label}: initial sync from the filled Redis")
         with group_running(
             count, TRIVIAL, server.url, workdir, tag, compact_cache=compact
         ) as group:
@@ -484,13 +265,11 @@ def measure_informer_bus(
             }
             results.append(Result(SYNC, contender, label, args.pods, list_seconds + from_started,
                                   peak_rss_mb(pids), extra=extra))  # fmt: skip
-            _progress(args, f"{label}: burst of {args.burst:,} updates")
+            progress(args, f"{label}: burst of {args.burst:,} updates")
             seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
             results.append(Result(BURST, contender, label, args.burst, seconds,
                                   peak_rss_mb(pids), extra=cpu))  # fmt: skip
-            _progress(
-                args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s"
-            )
+            progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
             row, _ = steady(sim, group, args.steady_rate, args.steady_seconds, next(seeds))
             results.append(_steady_result(row, contender, label, pids))
         reflector.check_alive()
@@ -517,8 +296,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
     with contextlib.ExitStack() as stack:
         process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        _progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
-        _progress(args, f"populating {args.pods:,} pods")
+        progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
+        progress(args, f"populating {args.pods:,} pods")
         sim.populate(args.pods, seed=1)
         for kind in CONTENDERS:
             if kind not in args.skip:
@@ -527,190 +306,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
             args, sim, server, workdir=workdir, stack=stack, seeds=seeds
         )
     return ours + results, memory
-
-
-# ----------------------------------------------------------------------------- the report
-
-
-def reference(results: list[Result], workload: str) -> Result:
-    """The informer-bus row the contenders of ``workload`` are compared with: 4 processors for
-    the initial sync (the issue's target), otherwise the best informer-bus configuration."""
-    ours = [r for r in results if r.workload == workload and r.contender.startswith(INFORMER_BUS)]
-    if workload == SYNC:
-        return next(r for r in ours if r.contender == _ib(SYNC_REFERENCE))
-    if workload == STEADY:
-        return min(ours, key=lambda r: r.latency["p99_ms"])
-    return max(ours, key=lambda r: r.rate)
-
-
-def rows(results: list[Result]) -> list[dict[str, Any]]:
-    """One row per (workload, contender), informer-bus first, with ratios, target, verdict.
-
-    ratio (events/s) = informer-bus events/s / the row's; p99_ratio and rss_ratio = the row's
-    p99 latency / peak RSS over informer-bus' (how many times worse)."""
-    out: list[dict[str, Any]] = []
-    for workload in WORKLOADS:
-        ref = reference(results, workload)
-        for r in (r for r in results if r.workload == workload):
-            ours = r.contender.startswith(INFORMER_BUS)
-            target: float | None = None
-            met: bool | None = None
-            ratio = None if ours else round(ref.rate / r.rate, 3)
-            if workload == BURST and not ours:
-                target = BURST_TARGETS.get(r.contender)
-            elif workload == SYNC and not ours:
-                target = SYNC_TARGETS.get(r.contender)
-            if target is not None and ratio is not None:
-                met = ratio >= target
-            if workload == STEADY and ours:
-                target, met = P99_TARGET_MS, r.latency["p99_ms"] <= P99_TARGET_MS
-            row: dict[str, Any] = {
-                "workload": workload,
-                "contender": r.contender,
-                "label": r.label,
-                "events": r.events,
-                "seconds": round(r.seconds, 6),
-                "events_per_s": round(r.rate, 1),
-                "reference": ref.label,
-                "ratio": ratio,
-                "peak_rss_mb": r.peak_rss_mb,
-                "rss_ratio": None if ours else round(r.peak_rss_mb / ref.peak_rss_mb, 2),
-                **r.latency,
-                "target": target,
-                "target_kind": None if target is None else
-                ("max p99 ms" if workload == STEADY else "min ratio"),
-                "met": met,
-                **r.extra,
-            }  # fmt: skip
-            if r.latency and not ours:
-                row["p99_ratio"] = round(r.latency["p99_ms"] / ref.latency["p99_ms"], 2)
-            out.append(row)
-    return out
-
-
-def memory_targets(memory: dict[str, Any]) -> list[dict[str, Any]]:
-    json_bytes = memory["pod_json_bytes"]
-    plain = memory["processor_rss_growth_bytes_per_pod"] / json_bytes
-    processor = memory["compact_processor_rss_growth_bytes_per_pod"] / json_bytes
-    # Per cached pod: its own JSON, and that of its share of the retained stream entries.
-    retained = 1 + memory["redis_stream_entries"] / memory["cached_pods"]
-    redis_ratio = memory["redis_bytes_per_pod"] / (json_bytes * retained)
-    return [
-        {"what": "processor RSS growth per cached pod / pod JSON, compact cache",
-         "ratio": round(processor, 2), "target": PROCESSOR_MEMORY_TARGET,
-         "met": processor <= PROCESSOR_MEMORY_TARGET},
-        {"what": "processor RSS growth per cached pod / pod JSON, plain dicts (the default)",
-         "ratio": round(plain, 2), "target": PROCESSOR_MEMORY_TARGET,
-         "met": plain <= PROCESSOR_MEMORY_TARGET},
-        {"what": "Redis used_memory / JSON of (cached pods + retained stream entries)",
-         "ratio": round(redis_ratio, 2), "target": REDIS_MEMORY_TARGET,
-         "met": redis_ratio <= REDIS_MEMORY_TARGET},
-    ]  # fmt: skip
-
-
-def notes(report: dict[str, Any]) -> list[str]:
-    m, s = report["machine"], report["sizes"]
-    return [
-        f"{m['cores']} cores shared by the simulator, redis-server, the reflector, up to 4 "
-        "processors and this process: on so few cores more processors mostly add contention "
-        "for CPU-bound work.",
-        "ratio = informer-bus events/s / the row's events/s (the reference is 4 processors for "
-        "the initial sync, the best informer-bus row otherwise); in the steady rows it is the "
-        "row's p99 over informer-bus' best p99. target: the minimum ratio (or the maximum p99) "
-        "the issue asks for.",
-        "initial sync: informer-bus = the reflector's list into Redis + the processors' sync "
-        "from the filled Redis, measured one after the other; the bare loop and the Watch only "
-        "list (no handler call per listed pod); SharedInformer and kopf until their handler saw "
-        "every pod.",
-        "watch burst: first to last update handled. kopf may coalesce the events of one object "
-        "within its 0.1 s batch window; its rows count every update sent ('handled' in the JSON "
-        "says how many its handler saw).",
-        f"steady: {s['steady_rate']:g} updates/s for {s['steady_seconds']:g} s; latency = the "
-        "handler call minus the commit stamp the simulator wrote into the update (one "
-        "CLOCK_MONOTONIC for every process; bench/pipeline.py).",
-        "peak RSS: VmHWM of the contender's process up to the end of that workload; "
-        "informer-bus: the largest processor's (the reflector's and redis-server's are in the "
-        "memory lines).",
-    ]
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "" if value is None else format(value, spec)
-
-
-def print_table(report: dict[str, Any]) -> None:
-    m, s, mem = report["machine"], report["sizes"], report["memory"]
-    print(f"informer-bus beside its peers: {m['cores']} cores ({m['cpu'] or 'unknown cpu'}), "
-          f"Python {m['python']}, {m['platform']}")  # fmt: skip
-    print(f"sizes: {s['pods']:,} pods, bursts of {s['burst']:,} updates, steady "
-          f"{s['steady_rate']:g}/s for {s['steady_seconds']:g} s\n")  # fmt: skip
-    header = (f"{'workload':13} {'contender':30} {'events':>8} {'seconds':>8} {'events/s':>9} "
-              f"{'ratio':>7} {'p50 ms':>7} {'p99 ms':>8} {'peak RSS':>9}  target")  # fmt: skip
-    print(header)
-    print("-" * len(header))
-    for r in report["rows"]:
-        ratio = r.get("p99_ratio") if r["workload"] == STEADY else r["ratio"]
-        target = ""
-        if r["target"] is not None:
-            target = (f"p99 <= {r['target']:g} ms " if r["target_kind"] == "max p99 ms"
-                      else f">= {r['target']:g}x ")  # fmt: skip
-            target += "met" if r["met"] else "MISSED"
-        print(f"{r['workload']:13} {r['label']:30} {r['events']:>8,} {r['seconds']:8.2f} "
-              f"{r['events_per_s']:>9,.0f} {_fmt(ratio, '.2f') + ('x' if ratio else ''):>7} "
-              f"{_fmt(r.get('p50_ms'), '.1f'):>7} {_fmt(r.get('p99_ms'), '.1f'):>8} "
-              f"{r['peak_rss_mb']:>6,.0f} MB  {target}".rstrip())  # fmt: skip
-    print(f"\nmemory: pod JSON (managedFields stripped) {mem['pod_json_bytes']:,.0f} B; Redis "
-          f"{mem['redis_bytes_per_pod']:,.0f} B per cached pod (known state + 1 stream entry); "
-          f"processor RSS growth {mem['processor_rss_growth_bytes_per_pod']:,.0f} B per pod "
-          f"({mem['compact_processor_rss_growth_bytes_per_pod']:,.0f} B compact); "
-          f"peak RSS reflector {mem['reflector_peak_rss_mb']:,.0f} MB, redis-server "
-          f"{mem['redis_peak_rss_mb']:,.0f} MB")  # fmt: skip
-    for t in report["memory_targets"]:
-        print(f"  {t['what']}: {t['ratio']:.2f}x (<= {t['target']:g}x) "
-              f"{'met' if t['met'] else 'MISSED'}")  # fmt: skip
-    print()
-    for note in report["notes"]:
-        print(textwrap.fill(note, width=100, initial_indent="* ", subsequent_indent="  "))
-
-
-def write_chart(report: dict[str, Any], path: Path) -> str:
-    """A PNG of events/s (sync, burst) and steady p50/p99 per contender, with matplotlib when
-    it is installed (it is no dependency of the project); the line to print either way."""
-    try:
-        matplotlib = importlib.import_module("matplotlib")
-    except ImportError:
-        return (f"chart skipped: matplotlib is not installed (pip install matplotlib, then "
-                f"{PROGRAM} --chart-from REPORT.json --chart {path})")  # fmt: skip
-    matplotlib.use("Agg")
-    pyplot = importlib.import_module("matplotlib.pyplot")
-    figure, axes = pyplot.subplots(1, 3, figsize=(16, 5.5))
-    for axis, workload in zip(axes[:2], (SYNC, BURST), strict=True):
-        chosen = [r for r in report["rows"] if r["workload"] == workload]
-        colours = ["tab:blue" if r["contender"].startswith(INFORMER_BUS) else "tab:gray"
-                   for r in chosen]  # fmt: skip
-        axis.barh([r["label"] for r in chosen], [r["events_per_s"] for r in chosen],
-                  color=colours)  # fmt: skip
-        axis.set_xscale("log")
-        axis.invert_yaxis()
-        axis.set_title(f"{workload}: events/s (log scale, higher is better)")
-    chosen = [r for r in report["rows"] if r["workload"] == STEADY]
-    positions = range(len(chosen))
-    axes[2].barh([p - 0.2 for p in positions], [r["p50_ms"] for r in chosen], height=0.4,
-                 label="p50", color="tab:green")  # fmt: skip
-    axes[2].barh([p + 0.2 for p in positions], [r["p99_ms"] for r in chosen], height=0.4,
-                 label="p99", color="tab:red")  # fmt: skip
-    axes[2].set_yticks(list(positions), [r["label"] for r in chosen])
-    axes[2].set_xscale("log")
-    axes[2].invert_yaxis()
-    axes[2].legend()
-    axes[2].set_title(f"steady {report['sizes']['steady_rate']:g}/s: latency ms (log)")
-    s, m = report["sizes"], report["machine"]
-    figure.suptitle(f"{s['pods']:,} pods, bursts of {s['burst']:,}; {m['cores']} cores, "
-                    f"{m['cpu']}")  # fmt: skip
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    pyplot.close(figure)
-    return f"chart written to {path}"
 
 
 # ----------------------------------------------------------------------------- command line
@@ -794,19 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.chart_from is not None:
         print(write_chart(orjson.loads(args.chart_from.read_bytes()), args.chart))
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)  # stop every child process, as on Ctrl-C
-    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored:
-    # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
-        try:
-            results, memory = measure(args, Path(tmp))
-        except BenchError as exc:
-            print(f"{PROGRAM}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("interrupted; every child process was stopped", file=sys.stderr)
-            return 130
+    results, memory = measure_in("bench-compare-", PROGRAM, lambda workdir: measure(args, workdir))
     report: dict[str, Any] = {
         "machine": machine(),
         "sizes": {"pods": args.pods, "burst": args.burst, "steady_seconds": args.steady_seconds,

@@ -45,13 +45,6 @@ class BenchError(RuntimeError):
     """Something other than speed went wrong (a reader lost events, a child died)."""
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU a process used so far (Linux ``/proc``): CPU per event is what stays
-    comparable between runs on a shared machine, where wall-clock rates do not."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class ServiceChild:
     """``python -m <module> --log-json --<flag> <value>...``; JSON log lines go to
     :meth:`on_message` with the time they arrived (``clock``), and to ``log_path``."""

@@ -49,7 +49,7 @@ import orjson
 import redis
 from pods import sample_pod
 from publisher import redis_url as private_redis_url
-from reflector import machine
+from reporting import machine
 
 from common.deltas import Delta, DeltaType
 from common.keys import Obj

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.chaos.scenarios import FULL, SHORT, Result, run, table
+from bench.chaos.catalogue import FULL, SHORT
+from bench.chaos.scenarios import Result, run, table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.soak.run import SoakConfig, run, table, write_samples
+from bench.soak.report import table, write_samples
+from bench.soak.results import SoakConfig
+from bench.soak.run import run
 from informer_bus.local_redis import RedisServerMissingError
 
 

@@ -16,7 +16,7 @@ from tests.bench.support import ROOT
 @pytest.fixture
 def pipeline(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import pipeline  # type: ignore[import-not-found]
+    import pipeline_workloads as pipeline  # type: ignore[import-not-found]
 
     yield pipeline
 

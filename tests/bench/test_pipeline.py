@@ -73,9 +73,9 @@ def test_the_table_prints_every_row_with_its_verdict(
     report: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import pipeline  # type: ignore[import-not-found]
+    import pipeline_report  # type: ignore[import-not-found]
 
-    pipeline.print_table(report)
+    pipeline_report.print_table(report)
     lines = capsys.readouterr().out.splitlines()
     assert "cores" in lines[0]
     for row in report["rows"]:

@@ -77,7 +77,9 @@ def test_machine_sizes_and_notes_are_reported(report: dict[str, Any]) -> None:
 
 def _bench_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.syspath_prepend(str(BENCH.parent))  # as running the script does (harness)
-    spec = importlib.util.spec_from_file_location("bench_reflector", BENCH)
+    spec = importlib.util.spec_from_file_location(
+        "bench_reflector_report", BENCH.with_name("reflector_report.py")
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up

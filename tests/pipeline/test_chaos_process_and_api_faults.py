@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos.scenarios import REDIS_FAULTS, SHORT, Result, Scenario, run
+from bench.chaos.catalogue import REDIS_FAULTS, SHORT, Scenario
+from bench.chaos.scenarios import Result, run
 
 SCENARIOS = [s for s in SHORT if s.fault not in REDIS_FAULTS]
 

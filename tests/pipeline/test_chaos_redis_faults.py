@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.chaos.scenarios import REDIS_FAULTS, SHORT, Result, Scenario, run
+from bench.chaos.catalogue import REDIS_FAULTS, SHORT, Scenario
+from bench.chaos.scenarios import Result, run
 from common.lease import RedisLease
 from common.redis_config import lease_client
 from tests.support.redis_server import RedisServer

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak.run import SoakConfig, run, table
+from bench.soak.report import table
+from bench.soak.results import SoakConfig
+from bench.soak.run import run
 
 SHORT = SoakConfig(
     seconds=18.0, rate=500.0, restart_every=7.0, pods=1000, warmup_seconds=5.0, window_seconds=3.0

@@ -1,0 +1,105 @@
+"""The fault scenarios, as data: what ``make test`` runs (:data:`SHORT`) and what ``make chaos``
+runs (:data:`FULL`), each a fault name of :mod:`bench.chaos.faults` with its downtime, timings
+and sizes. :mod:`bench.chaos.scenarios` runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REDIS_FAULTS = frozenset({"restart", "outage", "hang"})
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Leader and shard leases, heartbeats and the reflector's longest backoff."""
+
+    lease: float
+    renew: float
+    retry: float
+    heartbeat: float
+    member_ttl: float
+    backoff_max: float
+
+
+DEFAULT_TIMINGS = Timings(
+    lease=15.0, renew=10.0, retry=2.0, heartbeat=1.0, member_ttl=5.0, backoff_max=30.0
+)
+"""The services' defaults: what a deployment runs with."""
+
+FAST_TIMINGS = Timings(
+    lease=2.0, renew=1.5, retry=0.2, heartbeat=0.1, member_ttl=0.6, backoff_max=3.0
+)
+"""Short leases, so a few seconds of downtime outlive every lease (a new leader and a takeover
+of every shard after the fault), and a short backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    fault: str
+    """One of the faults :mod:`bench.chaos.scenarios` describes."""
+    downtime: float
+    timings: Timings = FAST_TIMINGS
+    pods: int = 300
+    churn_rate: float = 100.0
+    warmup: float = 2.0
+    """Seconds of churn before the fault."""
+    aftermath: float = 1.5
+    """Seconds of churn after the recovery."""
+    recovery_timeout: float = 60.0
+    seed: int = 7
+    aof: bool = True
+    """``False``: Redis without persistence, restarted empty (a documented limit)."""
+    known_limit: bool = False
+    """Broken promises are expected and documented (docs/reliability.md), not a failure."""
+    reflectors: int = 1
+    """How many reflector replicas run (the second one is a standby)."""
+    reflector_flags: tuple[tuple[str, object], ...] = ()
+    """Extra reflector settings by field name, e.g. ``(("inactivity_timeout", 1.0),)``."""
+    slow_list: float = 0.0
+    """Seconds the simulator waits before answering each request until the fault ends: a list
+    of many small pages then takes seconds."""
+
+
+_PAGED = (("page_size", 100), ("batch_max", 100))
+
+SHORT = (
+    Scenario("redis restart (AOF, kill -9, 2 s down)", "restart", 2.0, DEFAULT_TIMINGS),
+    Scenario("redis unreachable 7 s, fast leases", "outage", 7.0),
+    Scenario("reflector leader SIGSTOP past its lease, then SIGCONT", "reflector-pause", 4.0,
+             warmup=1.0, reflectors=2),
+    Scenario("api down 2 s, silent deletions + compaction (410)", "api-compact", 2.0,
+             warmup=1.0),
+    Scenario("processor kill -9 x3 under churn (replaced)", "processor-kills", 1.5,
+             warmup=1.0),
+)  # fmt: skip
+"""What ``make test`` runs (tests/pipeline/test_chaos_redis_faults.py,
+test_chaos_process_and_api_faults.py)."""
+
+FULL = (
+    Scenario("redis restart (AOF, kill -9, 3 s down)", "restart", 3.0, DEFAULT_TIMINGS, 1000),
+    Scenario("redis restart (AOF, kill -9, 3 s down), fast leases", "restart", 3.0, pods=1000),
+    Scenario("redis unreachable 30 s", "outage", 30.0, DEFAULT_TIMINGS, 1000,
+             recovery_timeout=120.0),
+    Scenario("redis hung (SIGSTOP) 30 s", "hang", 30.0, DEFAULT_TIMINGS, 1000,
+             recovery_timeout=120.0),
+    Scenario("redis restart WITHOUT persistence (known limit)", "restart", 3.0,
+             DEFAULT_TIMINGS, 1000, recovery_timeout=30.0, aof=False, known_limit=True),
+    Scenario("reflector leader kill -9 during the initial list (standby)",
+             "reflector-kill-list", 1.0, pods=5000, reflectors=2, reflector_flags=_PAGED,
+             slow_list=0.05),
+    Scenario("reflector leader kill -9 during a burst (standby)", "reflector-kill-burst", 3.0,
+             pods=1000, churn_rate=400.0, reflectors=2),
+    Scenario("reflector leader SIGSTOP past its lease, then SIGCONT", "reflector-pause", 5.0,
+             pods=1000, reflectors=2),
+    Scenario("processor kill -9 x3 under churn (replaced)", "processor-kills", 3.0, pods=1000),
+    Scenario("api watches dropped every 0.5 s for 5 s", "api-drop", 5.0, pods=1000),
+    Scenario("api watches stalled 5 s (watchdog 1 s)", "api-stall", 5.0, pods=1000,
+             reflector_flags=(("inactivity_timeout", 1.0),)),
+    Scenario("api down 3 s, silent deletions + compaction (410)", "api-compact", 3.0,
+             pods=1000),
+    Scenario("api 429 burst, then 500 burst", "api-errors", 30.0, pods=1000),
+    Scenario("api server restart (3 s refused, state kept)", "api-restart", 3.0, pods=1000),
+)  # fmt: skip
+"""What ``make chaos`` runs (``python -m bench.chaos``)."""

@@ -1,0 +1,190 @@
+"""The pipeline a scenario runs, as real processes: the simulator (in this process: it is the
+ground truth), a private redis-server pinned to its port (so a restart comes back where the
+clients look), one or two reflectors and two processors, and how to read their state.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+
+from bench.chaos.catalogue import Scenario
+from informer_bus import local_redis
+from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from tests.processor.ha.conftest import (
+    Call,
+    assignment_problems,
+    final_stores,
+    processor_settings,
+    read_calls,
+    store_differences,
+)
+from tests.reflector.ha.conftest import reflector_flags
+from tests.support.bus import (
+    Bus,
+    ProcessorProcess,
+    ReflectorProcess,
+)
+from tests.support.waiting import wait_until
+
+SHARDS = 8
+HANDLER = "bench.chaos.recorder:OutageRecorder"
+PROCESSORS = ("p1", "p2")
+REFLECTORS = ("reflector", "reflector-b")
+
+
+class _PinnedRedis(local_redis.RedisServer):
+    """A redis-server that always comes back on the port it was given."""
+
+    def __init__(self, workdir: Path, port: int, *, aof: bool) -> None:
+        persistence = ("--appendonly", "yes", "--appendfsync", "everysec") if aof else ()
+        super().__init__(workdir, *persistence)
+        self._pinned = port
+
+    def _pick_port(self) -> int:
+        return self._pinned
+
+
+class ChaosPipeline:
+    """The running pieces of one scenario and how to read their state."""
+
+    def __init__(self, stack: ExitStack, scenario: Scenario, workdir: Path) -> None:
+        self.stack = stack
+        self.scenario = scenario
+        self.workdir = workdir
+        self.port = local_redis.free_port()
+        self.redis = self._start_redis()
+        stack.callback(self._stop_redis)
+        self.client = redis.Redis.from_url(self.redis.url, socket_timeout=2)
+        stack.callback(self.client.close)
+        self.bus = Bus(self.client, "pods", shard_count=SHARDS)
+        self.sim = stack.enter_context(
+            Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2))
+        )
+        self.reflectors = [self._reflector(name) for name in REFLECTORS[: scenario.reflectors]]
+        self.processors: list[ProcessorProcess] = []
+        """Every processor started (killed ones included), in start order."""
+        for member in PROCESSORS:
+            self.add_processor(member, start=False)
+        self.killed: dict[str, float] = {}
+        """Component (log file name) -> ``time.time()`` of its kill -9 by the fault."""
+
+    # --- components ----------------------------------------------------------------------
+
+    def _start_redis(self) -> _PinnedRedis:
+        server = _PinnedRedis(self.workdir / "redis", self.port, aof=self.scenario.aof)
+        server.start()
+        return server
+
+    def _stop_redis(self) -> None:
+        if self.redis.process is not None and self.redis.process.poll() is None:
+            self.redis.process.send_signal(signal.SIGCONT)  # a hung Redis must stop too
+        self.redis.stop()
+
+    def _reflector(self, identity: str) -> ReflectorProcess:
+        t = self.scenario.timings
+        flags = reflector_flags(
+            self.redis.url, self.sim.url, shard_count=SHARDS, lease_duration=t.lease,
+            renew_deadline=t.renew, retry_period=t.retry, backoff_max=t.backoff_max,
+            identity=identity, **dict(self.scenario.reflector_flags),
+        )  # fmt: skip
+        process = ReflectorProcess(flags, self.workdir / f"{identity}.log")
+        self.stack.callback(process.close)
+        return process
+
+    def add_processor(self, member: str, *, start: bool = True) -> ProcessorProcess:
+        t = self.scenario.timings
+        settings = processor_settings(
+            self.redis.url, member, handler=HANDLER, lease_duration=t.lease,
+            renew_deadline=t.renew, retry_period=t.retry, heartbeat_interval=t.heartbeat,
+            member_ttl=t.member_ttl,
+        )  # fmt: skip
+        args: list[str] = []
+        for name, value in settings.items():
+            args += ["--" + name.replace("_", "-"), value]
+        env = {"IB_RECORD_FILE": str(self.workdir / f"{member}.jsonl"), "IB_MEMBER": member}
+        process = ProcessorProcess(args, self.workdir / f"{member}.log", env=env)
+        self.stack.callback(process.close)
+        self.processors.append(process)
+        return process.start() if start else process
+
+    def start(self, *, settle: bool = True) -> None:
+        """Populate, start the first reflector and, once it leads, the standby and the
+        processors. ``settle``: first wait until the reflector synced and the processors hold
+        balanced, converged stores (``False``: the fault strikes the initial list)."""
+        self.sim.populate("pods", self.scenario.pods, seed=self.scenario.seed)
+        if self.scenario.slow_list:
+            self.sim.slow_responses(self.scenario.slow_list)
+        first = self.reflectors[0].start()
+        wait_until(lambda: first.holds(self.bus.holder()), 60, interval=0.05,
+                   what="the first reflector to lead")  # fmt: skip
+        if settle:
+            wait_until(self.bus.synced, 60, interval=0.1, what="the reflector to sync")
+        for standby in self.reflectors[1:]:
+            standby.start()
+        for process in self.processors:
+            process.start()
+        if not settle:
+            return
+        # Balanced before the churn: the fault, not the second processor's arrival, is what
+        # moves shards afterwards.
+        wait_until(
+            lambda: self.recovered() and not assignment_problems(self.bus, self.live_processors()),
+            60, interval=0.2, what=self.why_not_recovered,
+        )  # fmt: skip
+
+    def leader(self) -> ReflectorProcess | None:
+        holder = self.bus.holder()
+        return next((r for r in self.reflectors if r.running() and r.holds(holder)), None)
+
+    def live_processors(self) -> list[ProcessorProcess]:
+        return [p for p in self.processors if p.log_path.name not in self.killed]
+
+    def kill(self, process: ProcessorProcess | ReflectorProcess) -> None:
+        process.kill()
+        self.killed[process.log_path.name] = time.time()
+
+    def components(self) -> list[ProcessorProcess | ReflectorProcess]:
+        return [*self.reflectors, *self.processors]
+
+    # --- state ---------------------------------------------------------------------------
+
+    def calls(self) -> list[Call]:
+        return read_calls(self.workdir)
+
+    def stores(self) -> dict[str, str]:
+        return final_stores(self.calls(), self.bus.shard_epochs())
+
+    def _recovery_gaps(self) -> list[str]:
+        """What still stands between now and "recovered" (empty: recovered)."""
+        gaps: list[str] = []
+        if self.leader() is None:
+            gaps.append(f"no running reflector leads (holder {self.bus.holder()})")
+        if not self.bus.synced():
+            gaps.append("the shards are not synced")
+        holders = self.bus.shard_holders()
+        live = self.live_processors()
+        unowned = [s for s, h in holders.items() if not any(p.holds(h) for p in live)]
+        if unowned:
+            gaps.append(f"shards {unowned} not owned by a live processor")
+        if not gaps:
+            wrong = store_differences(self.stores(), self.sim.ground_truth("pods"))
+            if wrong:
+                gaps.append(f"stores differ from the ground truth: {wrong[:5]}")
+        return gaps
+
+    def recovered(self) -> bool:
+        try:
+            return not self._recovery_gaps()
+        except redis.RedisError:
+            return False
+
+    def why_not_recovered(self) -> str:
+        try:
+            return "; ".join(self._recovery_gaps())
+        except redis.RedisError as error:
+            return f"Redis: {error!r}"

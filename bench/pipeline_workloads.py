@@ -1,0 +1,153 @@
+"""The workloads the end-to-end bench drives through a group of processors: a watch burst
+(with each component's CPU per update) and a steady stamped churn (with every update's latency
+from the simulator's commit to the handler call).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench_handlers import Update
+from harness import BenchError
+from pipeline_report import STEADY, Row, processors_label
+from proc_stats import process_cpu_seconds
+from processor_group import Group
+from run_control import timeout_for, wait_for
+from sim_control import Sim
+
+from informer_bus.apiserver_sim.load import COMMITTED_AT_ANNOTATION
+
+CHILD_CHECK_INTERVAL = 0.2
+"""Seconds between checks that the children still run while the steady churn does."""
+
+
+def burst(
+    sim: Sim, group: Group, count: int, seed: int, others: Mapping[str, int]
+) -> tuple[float, dict[str, float]]:
+    """Seconds from the first burst update a handler saw to the last, and the CPU each
+    component spent per update (µs: the processors' together, and each of ``others``: name
+    -> process id)."""
+    pids = {name: [pid] for name, pid in others.items()}
+    pids["processors"] = [child.pid for child in group.children]
+
+    def cpu() -> dict[str, float]:
+        return {name: sum(map(process_cpu_seconds, ids)) for name, ids in pids.items()}
+
+    group.mark()
+    before = cpu()
+    sim.burst(count, seed)
+    wait_for(
+        lambda: group.updates_seen() >= count,
+        "the burst through the pipeline",
+        timeout_for(count),
+        alive=group.check_alive,
+    )
+    after = cpu()
+    times = [update.handled for update in group.updates()]
+    if len(times) != count:
+        raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
+    per_event = {
+        f"{name}_cpu_us_per_event": round((after[name] - before[name]) / count * 1e6, 1)
+        for name in pids
+    }
+    return max(1e-6, max(times) - min(times)), per_event
+
+
+def latencies_ms(updates: Sequence[Update]) -> list[float]:
+    """Handler time minus commit stamp of every update, in ms, sorted.
+
+    Both readings are CLOCK_MONOTONIC and the stamp is taken before the update can reach any
+    watcher, so a negative latency is a broken clock, not a fast pipeline: refuse it (and an
+    update without a stamp) rather than print a figure that cannot be true."""
+    unstamped = sum(1 for update in updates if update.committed_ns < 0)
+    if unstamped:
+        raise BenchError(
+            f"{unstamped} of {len(updates)} updates reached the handler without the "
+            f"simulator's {COMMITTED_AT_ANNOTATION} stamp: their latency is unknown"
+        )
+    latencies = sorted(update.handled_ns - update.committed_ns for update in updates)
+    if latencies and latencies[0] < 0:
+        negative = sum(1 for latency in latencies if latency < 0)
+        raise BenchError(
+            f"{negative} of {len(updates)} updates were handled before the simulator "
+            f"committed them (by up to {-latencies[0] / 1e6:.3f} ms): the handler's clock and "
+            "the simulator's are not the same CLOCK_MONOTONIC; no latency is reported"
+        )
+    return [latency / 1e6 for latency in latencies]
+
+
+def _churn_stamped(
+    sim: Sim, group: Group, rate: float, seconds: float, seed: int
+) -> tuple[int, float]:
+    """Run a stamped update-only churn to its end, checking the children meanwhile; how many
+    updates the simulator made and at what rate (its own account)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="steady-churn")
+    try:
+        churning = pool.submit(
+            sim.process.churn, rate=rate, seconds=seconds, seed=seed, wait=True,
+            mix={"update": 1.0}, stamp=True,
+        )  # fmt: skip
+        while True:
+            try:
+                stats = churning.result(timeout=CHILD_CHECK_INTERVAL)
+                break
+            except concurrent.futures.TimeoutError:
+                group.check_alive()  # the churn ends on its own within ``seconds``
+    finally:
+        # Not waiting: if a child died (or Ctrl-C), the bench stops the simulator next, which
+        # ends the request this thread is blocked in.
+        pool.shutdown(wait=False)
+    created = int(stats["events"])
+    if int(stats["updates"]) != created:
+        raise BenchError(f"the steady churn made {stats['updates']} updates of {created} events")
+    return created, float(stats["rate"])
+
+
+def steady(
+    sim: Sim, group: Group, rate: float, seconds: float, seed: int, *, coalescing: bool = False
+) -> tuple[Row, dict[str, Any]]:
+    """Churn at ``rate`` updates/s for ``seconds``; the latency of every update, from the
+    simulator's commit stamp to the handler call.
+
+    ``coalescing``: the handlers may see only the newest of an object's close updates (kopf,
+    for bench/compare.py): wait for the last update, and report how many were ``handled``."""
+    group.mark()
+    created, churn_rate = _churn_stamped(sim, group, rate, seconds, seed)
+    wait_for(
+        (lambda: any(update.step == created - 1 for update in group.updates()))
+        if coalescing
+        else (lambda: group.updates_seen() >= created),
+        "the steady churn's last updates",
+        timeout_for(created),
+        alive=group.check_alive,
+    )
+    records = group.updates()
+    if created == 0 or not records or (len(records) != created and not coalescing):
+        raise BenchError(f"handlers saw {len(records)} updates of {created} churned")
+    latencies = latencies_ms(records)
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    first = min(update.handled for update in records)
+    last = max(update.handled for update in records)
+    latency = {
+        "p50_ms": round(cuts[49], 2),
+        "p99_ms": round(cuts[98], 2),
+        "max_ms": round(latencies[-1], 2),
+        "min_ms": round(latencies[0], 3),
+        "rate_asked": rate,
+        # The simulator's own pace: below rate_asked when the machine was too busy for the
+        # churn to keep to its schedule (the latencies do not depend on it).
+        "rate_churned": round(churn_rate, 1),
+    }
+    if coalescing:
+        latency["handled"] = len(records)
+    row = Row(
+        STEADY,
+        processors_label(len(group.children)),
+        created,
+        max(1e-6, last - first),
+        extra=latency,
+    )
+    return row, latency
