@@ -38,6 +38,19 @@ class _Batch:
     """The RV the reader may resume from once this batch is published."""
 
 
+def _merged_checkpoint(merged: _Batch, following: _Batch) -> str | None:
+    """The checkpoint of ``merged`` + ``following``: it may checkpoint only if every part with
+    events may (a relist chunk vetoes it). A batch without events -- a bookmark's progress --
+    is neutral: were it a veto, the watch batches merged with it would publish without the
+    checkpoint rule, and a new leader replaying from a lower shard's checkpoint would publish
+    an upsert again after its deletion (seen in the reflector-pause chaos scenario)."""
+    if not following.deltas:
+        return merged.checkpoint_rv
+    if not merged.deltas:
+        return following.checkpoint_rv
+    return following.checkpoint_rv if merged.checkpoint_rv is not None else None
+
+
 class PublishPipeline:
     """A bounded queue of batches and the thread that publishes them."""
 
@@ -107,11 +120,8 @@ class PublishPipeline:
         merged = _Batch(list(first.deltas), first.checkpoint_rv, first.progress_rv)
         while self._queue and len(merged.deltas) + len(self._queue[0].deltas) <= self._batch_max:
             following = self._queue.popleft()
+            merged.checkpoint_rv = _merged_checkpoint(merged, following)
             merged.deltas.extend(following.deltas)
-            # A merged batch may checkpoint only if every part may.
-            merged.checkpoint_rv = (
-                following.checkpoint_rv if merged.checkpoint_rv is not None else None
-            )
             merged.progress_rv = following.progress_rv or merged.progress_rv
         self._queued_deltas -= len(merged.deltas)
         return merged

@@ -70,6 +70,26 @@ def test_a_merged_batch_checkpoints_only_if_every_part_may() -> None:
     assert progress == ["1", "3"]
 
 
+@pytest.mark.parametrize("bookmark_first", [True, False])
+def test_a_bookmark_merged_with_watch_batches_keeps_their_checkpoint(bookmark_first: bool) -> None:
+    """A bookmark's progress batch has no events: merged before or after watch batches it must
+    not switch their checkpoint rule off (what skips a replay after a takeover)."""
+    sink, progress = Sink(), []
+    pipe = pipeline(sink, progress)
+    sink.gate.clear()
+    pipe.submit([delta(1)], checkpoint_rv="1", progress_rv="1")
+    assert sink.entered.wait(5)
+    if bookmark_first:
+        pipe.submit([], checkpoint_rv=None, progress_rv="2")
+    pipe.submit([delta(3)], checkpoint_rv="3", progress_rv="3")
+    if not bookmark_first:
+        pipe.submit([], checkpoint_rv=None, progress_rv="4")
+    sink.gate.set()
+    pipe.close()
+    assert sink.calls == [(["1"], "1"), (["3"], "3")]
+    assert progress == ["1", "3" if bookmark_first else "4"]
+
+
 def test_merging_stops_at_batch_max() -> None:
     sink, progress = Sink(), []
     pipe = pipeline(sink, progress, batch_max=3)
