@@ -39,9 +39,10 @@ from informer_bus.apiserver_sim.resources import (
     lookup_path,
     version_document,
 )
+from informer_bus.apiserver_sim.revision import StoredObject
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
 from informer_bus.apiserver_sim.settings import SimulatorSettings
-from informer_bus.apiserver_sim.state import ClusterState, StoredObject, Subscription
+from informer_bus.apiserver_sim.state import ClusterState, Subscription
 from informer_bus.apiserver_sim.status import (
     ApiError,
     bad_request,
