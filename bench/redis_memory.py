@@ -53,8 +53,8 @@ from reflector import machine
 
 from common.deltas import Delta, DeltaType
 from common.keys import Obj
+from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.wire import DeltaEnvelope, encode_envelope
-from processor_svc.shard import GROUP
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.publisher import ShardPublisher
 from reflector_svc.retention import RetentionLoop

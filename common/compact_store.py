@@ -18,9 +18,9 @@ What changes for callers, and why it is the right trade for big caches:
   object from (``packed``): a processor stores each stream entry as it arrived, so nothing is
   encoded and no second copy is ever made. Index functions run on the dict being written.
 
-**What the bytes are** is the store's :class:`Codec`: plain JSON by default; the processor
-uses :data:`common.wire.ENVELOPE_CODEC`, whose bytes are whole wire envelopes. Whoever passes
-``packed`` promises ``codec.unpack(packed) == obj``.
+**What the bytes are** is the store's :class:`~common.codec.Codec`: plain JSON by default; the
+processor uses :data:`common.wire.ENVELOPE_CODEC`, whose bytes are whole wire envelopes. Whoever
+passes ``packed`` promises ``codec.unpack(packed) == obj``.
 
 Indexes are the plain :class:`~common.store.Indexer`'s: keys and index values are small
 strings, kept as they are.
@@ -29,28 +29,16 @@ strings, kept as they are.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
+from common.codec import Codec, exact_bytes
 from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.store import Indexer, IndexFunc, IndexFuncError, KeyFunc, _MaintainedIndex
 
-__all__ = ["JSON_CODEC", "Codec", "CompactIndexer", "exact_bytes"]
-
-
-class Codec(NamedTuple):
-    """How a :class:`CompactIndexer` turns objects into bytes and back."""
-
-    pack: Callable[[Obj], bytes]
-    unpack: Callable[[bytes], Obj]
-
-
-def exact_bytes(encoded: bytes) -> bytes:
-    """A copy no larger than its content: ``orjson.dumps`` hands back its whole growth buffer
-    (8 KB for a 2.7 KB Pod), which a long-lived cache entry would keep."""
-    return bytes(memoryview(encoded))
+__all__ = ["JSON_CODEC", "CompactIndexer"]
 
 
 def _json_pack(obj: Obj) -> bytes:
@@ -96,16 +84,13 @@ class CompactIndexer(Indexer):
             key = self._key_func(obj)
         if packed is None:
             packed = self._pack(obj)
-        # The plain store's update, storing bytes; not shared through a helper method because
-        # one more call would cost the plain store's hot path ~20 % (bench/core.py).
+        # The plain store's update (indexing ``obj``, which fails before anything is stored),
+        # then its entry swapped for the bytes within the same hold of the reentrant lock, so
+        # no reader ever sees the dict. The plain store's hot path keeps its single call.
         self._lock.acquire()
         try:
-            items = self._items
-            old = items.get(key)
-            indexes = self._all_indexes if old is None else self._indexes_to_redo_on_update
-            if indexes:
-                self._index_locked(key, obj, indexes)
-            items[key] = packed
+            old: Any = Indexer.update(self, obj, key)  # the bytes the plain store kept here
+            self._items[key] = packed
         finally:
             self._lock.release()
         return None if old is None else self._unpack(old)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj
@@ -23,8 +23,12 @@ __all__ = [
 ]
 
 
+@runtime_checkable
 class ResourceEventHandler(Protocol):
     """What a controller implements to hear about changes.
+
+    Runtime-checkable, so that a handler named on the command line is checked for its three
+    methods when it is loaded, not when its first event arrives.
 
     ``on_delete`` receives either the object's final state or a
     :class:`~common.keys.DeletedFinalStateUnknown` when the deletion was inferred from a relist

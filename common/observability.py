@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -46,11 +46,13 @@ __all__ = [
     "Heartbeat",
     "JsonFormatter",
     "ObservabilityServer",
+    "ProbedService",
     "RedactingFilter",
     "TextFormatter",
     "combine_checks",
     "configure_logging",
     "parse_log_level",
+    "serve_probes",
 ]
 
 log = logging.getLogger(__name__)
@@ -299,6 +301,27 @@ class ObservabilityServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class ProbedService(Protocol):
+    """What a service shows on its probes: its metrics registry and its two health checks."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    def healthz(self) -> tuple[bool, str]: ...
+
+    def readyz(self) -> tuple[bool, str]: ...
+
+
+def serve_probes(service: ProbedService, *, host: str, port: int) -> ObservabilityServer:
+    """Start serving ``service``'s ``/metrics``, ``/healthz`` and ``/readyz`` (every service
+    the same way); stop the returned server when the service stops."""
+    server = ObservabilityServer(
+        service.registry, healthz=service.healthz, readyz=service.readyz, host=host, port=port
+    )
+    server.start()
+    return server
 
 
 # --- logging -------------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ which knows the URL, and redis-py's ``repr`` of an error is only ``network:Conne
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Protocol
 
@@ -33,8 +34,10 @@ from common.runtime import long_lived_heap_gc
 from common.settings import ServiceSettings
 
 __all__ = [
+    "CommandMain",
     "FailureContext",
     "Runnable",
+    "command_main",
     "fail",
     "name_failures_in_logs",
     "prepare_service",
@@ -48,6 +51,29 @@ class Runnable(Protocol):
     def start(self) -> object: ...
 
     def stop(self) -> object: ...
+
+
+class CommandMain(Protocol):
+    """A ``python -m`` entry point: parse ``argv`` (default ``sys.argv[1:]``), run, exit status."""
+
+    def __call__(self, argv: Sequence[str] | None = None) -> int: ...
+
+
+def command_main(
+    prog: str,
+    description: str,
+    configure: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+) -> CommandMain:
+    """The ``main(argv)`` of a service's ``python -m`` entry point: its own parser, configured
+    as the ``informer-bus`` subcommand configures it, so both spellings take the same flags."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        parser = argparse.ArgumentParser(prog=prog, description=description)
+        configure(parser)
+        return run(parser.parse_args(argv))
+
+    return main
 
 
 def fail(program: str, message: str) -> int:

@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 __all__ = [
     "ENV_PREFIX",
     "JITTER_FACTOR",
+    "BusSettings",
     "LeaseTiming",
     "MembershipTiming",
     "RedisConnection",
@@ -42,6 +43,7 @@ __all__ = [
     "hostname_identity",
     "load_settings",
     "require_positive",
+    "same_as",
     "settings_from_args",
     "settings_of",
 ]
@@ -206,17 +208,41 @@ def grouped(
     return {"group_title": title, "flag_prefix": flag_prefix, "help_overrides": helps or {}}
 
 
-@dataclasses.dataclass(frozen=True)
-class ServiceSettings:
-    """What every informer-bus service shares: where Redis is, the key layout, probes, logs.
+def same_as(owner: type[Any], name: str, help_text: str = "") -> Any:
+    """A settings field with the default, help and metavar of ``owner``'s field ``name`` (and
+    so the same flag and env var), for a tool that must be pointed at Redis exactly like the
+    services it reads (``status``, ``subscribe``). ``help_text`` rewords the help."""
+    original = next(f for f in dataclasses.fields(owner) if f.name == name)
+    metadata = dict(original.metadata)
+    if help_text:
+        metadata["help"] = help_text
+    return dataclasses.field(default=original.default, metadata=metadata)
 
-    Services subclass it (their own fields follow these) and call ``super().__post_init__()``.
+
+@dataclasses.dataclass(frozen=True)
+class BusSettings:
+    """Where the bus is -- the Redis connection and the key prefix -- for every service and
+    every tool (``status``, ``subscribe``): the same flags and env vars everywhere.
+
+    Subclasses add their own fields and call ``super().__post_init__()``.
     """
 
     redis: RedisConnection = dataclasses.field(
         default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
     )
     prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
+
+    def __post_init__(self) -> None:
+        check_key_prefix(self.prefix)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSettings(BusSettings):
+    """What every informer-bus service shares: the bus, the shard count, probes, logs.
+
+    Services subclass it (their own fields follow these) and call ``super().__post_init__()``.
+    """
+
     shard_count: int = dataclasses.field(
         default=16,
         metadata={"help": "shards per resource: fixed, like partitions, and the same for the "
@@ -234,11 +260,11 @@ class ServiceSettings:
     log_json: bool = dataclasses.field(default=False, metadata={"help": "log JSON lines"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.shard_count < 1:
             raise SettingsError(f"shard_count must be >= 1, got {self.shard_count}")
         if not 0 <= self.http_port <= 65535:
             raise SettingsError(f"http_port must be within 0..65535, got {self.http_port}")
-        check_key_prefix(self.prefix)
 
 
 def check_key_prefix(prefix: str) -> None:

@@ -28,7 +28,7 @@ import builtins  # ``builtins.list`` in annotations: Indexer.list shadows it in 
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import orjson
 
@@ -254,14 +254,10 @@ class Indexer:
     ``acquire``/``release`` instead of ``with``, which costs half as much on CPython 3.11.
     """
 
-    def __new__(
-        cls,
-        key_func: KeyFunc = deletion_handling_meta_namespace_key,
-        indexers: Mapping[str, IndexFunc] | None = None,
-        *,
-        detect_mutations: bool | None = None,
-    ) -> Indexer:
-        if cls is Indexer and _mutation_detection_requested(detect_mutations):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Indexer:
+        # ``__init__``'s arguments (its signature is the typed one): only the keyword-only
+        # ``detect_mutations`` matters here.
+        if cls is Indexer and _mutation_detection_requested(kwargs.get("detect_mutations")):
             return super().__new__(_MutationDetectingIndexer)
         return super().__new__(cls)
 
@@ -473,15 +469,9 @@ class _MutationDetectingIndexer(Indexer):
     be JSON-serialisable, which decoded API objects always are.
     """
 
-    def __init__(
-        self,
-        key_func: KeyFunc = deletion_handling_meta_namespace_key,
-        indexers: Mapping[str, IndexFunc] | None = None,
-        *,
-        detect_mutations: bool | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # built by Indexer(...) only
         self._snapshots: dict[str, bytes] = {}
-        super().__init__(key_func, indexers, detect_mutations=detect_mutations)
+        super().__init__(*args, **kwargs)
 
     @property
     def mutation_detection_enabled(self) -> bool:

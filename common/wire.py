@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from common.compact_store import Codec, exact_bytes
+from common.codec import Codec, exact_bytes
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 

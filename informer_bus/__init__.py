@@ -1,6 +1,92 @@
-"""The application layer: the ``informer-bus`` command line and the tools around the services.
+"""informer-bus for Python code: everything a handler, a controller or a subscriber imports.
 
-It sits above both services and ``common``; the services never import it.
+``from informer_bus import Controller, HandlerContext, Lister, ...``: the names below are the
+public surface (``docs/handlers.md`` shows them in use); the modules they come from are the
+implementation and may move. The package is also the application layer -- the
+``informer-bus`` command line and the tools around the services -- which sits above both
+services and ``common``; the services never import it.
 """
 
+from common.deltas import Delta, DeltaType
+from common.handlers import (
+    FilteringResourceEventHandler,
+    ResourceEventHandler,
+    ResourceEventHandlerFuncs,
+    process_deltas,
+)
+from common.keys import (
+    DeletedFinalStateUnknown,
+    InvalidKeyError,
+    Obj,
+    meta_namespace_key,
+    split_meta_namespace_key,
+)
+from common.rate_limiters import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    ItemFastSlowRateLimiter,
+    MaxOfRateLimiter,
+    RateLimiter,
+    default_controller_rate_limiter,
+)
+from common.store import Indexer
+from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
+from informer_bus.subscribe import (
+    FROM_BEGINNING,
+    FROM_NOW,
+    SubscribedDelta,
+    SubscribeError,
+    Subscription,
+    subscribe,
+)
+from processor_svc.controller import Controller
+from processor_svc.handlers import (
+    HandlerContext,
+    Lister,
+    Startable,
+    Stoppable,
+    load_handler,
+    make_workqueue_factory,
+)
+from processor_svc.lister import ShardedLister
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "FROM_BEGINNING",
+    "FROM_NOW",
+    "BucketRateLimiter",
+    "Controller",
+    "DelayingQueue",
+    "DeletedFinalStateUnknown",
+    "Delta",
+    "DeltaType",
+    "FilteringResourceEventHandler",
+    "HandlerContext",
+    "Indexer",
+    "InvalidKeyError",
+    "ItemExponentialFailureRateLimiter",
+    "ItemFastSlowRateLimiter",
+    "Lister",
+    "MaxOfRateLimiter",
+    "Obj",
+    "Queue",
+    "QueueShutDown",
+    "RateLimiter",
+    "RateLimitingQueue",
+    "ResourceEventHandler",
+    "ResourceEventHandlerFuncs",
+    "ShardedLister",
+    "Startable",
+    "Stoppable",
+    "SubscribeError",
+    "SubscribedDelta",
+    "Subscription",
+    "default_controller_rate_limiter",
+    "load_handler",
+    "make_workqueue_factory",
+    "meta_namespace_key",
+    "process_deltas",
+    "split_meta_namespace_key",
+    "subscribe",
+]

@@ -24,12 +24,10 @@ from common.deltas import DeltaType
 from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
 from common.service_runner import fail
 from common.settings import (
-    RedisConnection,
-    ServiceSettings,
+    ENV_PREFIX,
+    BusSettings,
     SettingsError,
     add_flags,
-    check_key_prefix,
-    grouped,
     settings_from_args,
 )
 from informer_bus.subcommand import Subcommand
@@ -48,7 +46,6 @@ from informer_bus.subscribe import (
 __all__ = ["HELP", "PROGRAM", "SUBSCRIBE", "SubscribeSettings"]
 
 PROGRAM: Final = "informer-bus subscribe"
-ENV_PREFIX: Final = "INFORMER_BUS_"
 HELP: Final = (
     "Print a resource's deltas as they reach the bus, all shards merged, one per line "
     "(JSON lines by default); reads without joining the processors' consumer group."
@@ -57,26 +54,10 @@ _OUTPUTS: Final = ("json", "table")
 _EXIT_INTERRUPTED: Final = 130
 _EXIT_REDIS_LOST: Final = 1
 
-_SERVICE_FIELDS: Final = {field.name: field for field in dataclasses.fields(ServiceSettings)}
-
-
-def _service_field(name: str) -> Any:
-    """The services' own field, so flag, env var, default and help are the same everywhere."""
-    shared = _SERVICE_FIELDS[name]
-    return dataclasses.field(default=shared.default, metadata=shared.metadata)
-
 
 @dataclasses.dataclass(frozen=True)
-class SubscribeSettings:
+class SubscribeSettings(BusSettings):
     """Where the bus is: the services' ``--redis-url`` and ``--prefix`` (same env vars)."""
-
-    redis: RedisConnection = dataclasses.field(
-        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
-    )
-    prefix: str = _service_field("prefix")
-
-    def __post_init__(self) -> None:
-        check_key_prefix(self.prefix)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

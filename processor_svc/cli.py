@@ -9,10 +9,9 @@ over at once (exit 0).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from common.plugins import PluginError
-from common.service_runner import fail, prepare_service, run_until_signalled
+from common.service_runner import command_main, fail, prepare_service, run_until_signalled
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -47,7 +46,4 @@ def run(args: argparse.Namespace) -> int:
     return run_until_signalled(service, program=PROGRAM)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m processor_svc", description=HELP)
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
+main = command_main("python -m processor_svc", HELP, configure_parser, run)

@@ -51,8 +51,7 @@ from common.handlers import ResourceEventHandler
 from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
-from processor_svc.handlers import HandlerContext
-from processor_svc.lister import ShardedLister
+from processor_svc.handlers import HandlerContext, Lister
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
 
@@ -104,7 +103,7 @@ class Controller(abc.ABC):
         reconcile_only_owned: bool | None = None,
     ) -> None:
         self.context = context
-        self.lister: ShardedLister = context.lister
+        self.lister: Lister = context.lister
         # Instance attributes shadow the class defaults, so each instance shows what it uses.
         cls = type(self)
         self.name = name or cls.name or _snake_case(cls.__name__)

@@ -34,9 +34,9 @@ from common.handlers import ResourceEventHandler
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from processor_svc.ack_tracker import AckToken
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.resync import checked_resync_periods
 
 __all__ = [
-    "MIN_RESYNC_PERIOD",
     "AddNotification",
     "DeleteNotification",
     "DispatcherClosedError",
@@ -46,19 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MIN_RESYNC_PERIOD: Final = 1.0
-"""client-go's minimumResyncPeriod: shorter periods are raised to it (with a warning)."""
-
-_CANCEL_POLL: Final = 0.25
-"""A blocked ``deliver`` re-checks its cancel event this often, in case a wake-up was missed."""
-_QUIET_POLL: Final = 0.005
-"""How often ``wait_quiet`` looks again (what it waits for is one handler call)."""
-_ABORT_JOIN: Final = 1.0
-"""After the grace period, how long ``stop`` still waits for a handler call in progress."""
-_TRACEBACK_INTERVAL: Final = 60.0
-"""A failing handler's traceback is logged at most this often (every failure gets one line)."""
-
 
 # --- notifications ----------------------------------------------------------------------------
 
@@ -141,6 +128,12 @@ set, the notification is skipped instead of applied (see :meth:`HandlerDispatche
 
 class DispatcherClosedError(RuntimeError):
     """``deliver`` after (or during) :meth:`HandlerDispatcher.stop`."""
+
+
+_CANCEL_POLL: Final = 0.25
+"""A blocked ``deliver`` re-checks its cancel event this often, in case a wake-up was missed."""
+_TRACEBACK_INTERVAL: Final = 60.0
+"""A failing handler's traceback is logged at most this often (every failure gets one line)."""
 
 
 class _Runner:
@@ -245,8 +238,7 @@ class _Runner:
         """Accept nothing more; the thread ends once the buffer is drained."""
         with self._lock:
             self._closed = True
-            self._not_empty.notify_all()
-            self._not_full.notify_all()
+            self._wake_everyone_locked()
 
     def abort(self) -> int:
         """Drop what is still buffered (their tokens never complete); returns how many."""
@@ -254,9 +246,14 @@ class _Runner:
             self._aborted = True
             left = len(self._items) + self._taken - self._calling
             self._items.clear()
-            self._not_empty.notify_all()
-            self._not_full.notify_all()
+            self._wake_everyone_locked()
         return left
+
+    def _wake_everyone_locked(self) -> None:
+        """After closing or aborting: the handler's thread and every blocked producer look
+        again (and find out)."""
+        self._not_empty.notify_all()
+        self._not_full.notify_all()
 
     # consumer side (the handler's thread) -------------------------------------------------------
 
@@ -369,6 +366,12 @@ class _Done(Exception):
     """Ends a handler thread."""
 
 
+_QUIET_POLL: Final = 0.005
+"""How often ``wait_quiet`` looks again (what it waits for is one handler call)."""
+_ABORT_JOIN: Final = 1.0
+"""After the grace period, how long ``stop`` still waits for a handler call in progress."""
+
+
 class HandlerDispatcher:
     """Fans notifications out to handlers, each in its own thread behind a bounded buffer.
 
@@ -376,10 +379,10 @@ class HandlerDispatcher:
     took out of the queue and is working through. ``handlers`` are ``(name, handler)`` pairs;
     names must be unique (they label metrics and key ``resync_periods``). ``resync_periods``
     maps a handler name to seconds (``0`` or absent: no resync; below
-    :data:`MIN_RESYNC_PERIOD`: raised to it); any resync needs ``lister``, which returns the
-    objects of the local stores. One dispatcher can serve every shard worker of a resource:
-    per-shard order holds because each worker delivers in its stream's order and each handler
-    consumes its buffer in FIFO order.
+    :data:`~processor_svc.resync.MIN_RESYNC_PERIOD`: refused with ``ValueError``); any resync
+    needs ``lister``, which returns the objects of the local stores. One dispatcher can serve
+    every shard worker of a resource: per-shard order holds because each worker delivers in its
+    stream's order and each handler consumes its buffer in FIFO order.
     """
 
     def __init__(
@@ -397,7 +400,7 @@ class HandlerDispatcher:
         names = [name for name, _ in handlers]
         if len(set(names)) != len(names):
             raise ValueError(f"handler names must be unique, got {names}")
-        periods = _resync_periods(names, resync_periods or {})
+        periods = checked_resync_periods(names, resync_periods or {})
         if periods and lister is None:
             raise ValueError("resync periods need a lister (the local stores to replay)")
         self.resource = resource
@@ -558,26 +561,3 @@ class HandlerDispatcher:
             with contextlib.suppress(KeyError):
                 self._metrics.handler_buffer.remove(self.resource, runner.name)
         return left
-
-
-def _resync_periods(names: Sequence[str], periods: Mapping[str, float]) -> dict[str, float]:
-    unknown = sorted(set(periods) - set(names))
-    if unknown:
-        raise ValueError(f"resync periods for unknown handlers: {unknown}")
-    result: dict[str, float] = {}
-    for name, requested in periods.items():
-        period = requested
-        if not period >= 0:
-            raise ValueError(f"resync period of {name!r} must be >= 0, got {period!r}")
-        if period == 0:
-            continue
-        if period < MIN_RESYNC_PERIOD:
-            log.warning(
-                "resync period %.3f s of handler %r raised to the minimum %.0f s",
-                period,
-                name,
-                MIN_RESYNC_PERIOD,
-            )
-            period = MIN_RESYNC_PERIOD
-        result[name] = float(period)
-    return result

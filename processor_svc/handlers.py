@@ -19,7 +19,8 @@ second flag, so a handler and its period cannot drift apart when flags are reord
 several handlers is removed. The handler's *name* (log fields, metric labels, the dispatcher's
 ``resync_periods`` key) is the reference without the suffix.
 
-**Lifecycle**: a handler may also have ``start()`` and ``stop(timeout)``. The processor calls
+**Lifecycle**: a handler may also have ``start()`` and ``stop(timeout)`` (:class:`Startable`,
+:class:`Stoppable`). The processor calls
 :func:`start_handlers` once, before the first shard is attached, and :func:`stop_handlers` at
 shutdown after the last event was delivered, in reverse order (a Controller's workers run only
 between the two).
@@ -27,26 +28,32 @@ between the two).
 
 from __future__ import annotations
 
+import builtins  # ``builtins.list`` in annotations: Lister.list shadows it in the class
 import inspect
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, runtime_checkable
 
 from common.handlers import ResourceEventHandler
+from common.keys import Obj
 from common.plugins import PluginError, load_plugin
 from common.rate_limiters import Clock, RateLimiter
+from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
-from processor_svc.lister import ShardedLister
+from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 
 __all__ = [
-    "MIN_RESYNC_PERIOD",
     "HandlerContext",
     "HandlerLoadError",
     "HandlerSpec",
+    "Lister",
     "LoadedHandler",
+    "Startable",
+    "Stoppable",
     "WorkqueueFactory",
     "load_handler",
     "load_handlers",
@@ -58,13 +65,72 @@ __all__ = [
     "stop_handlers",
 ]
 
-MIN_RESYNC_PERIOD = 1.0
-"""Seconds; shorter resync periods are refused (client-go's ``minimumResyncPeriod``)."""
-
 _HANDLER_METHODS = ("on_add", "on_update", "on_delete")
+""":class:`~common.handlers.ResourceEventHandler`'s methods, named in error messages."""
 
 WorkqueueFactory = Callable[[str], RateLimitingQueue[str]]
 """Makes a named rate-limiting queue of keys; the name is the ``name`` label of its metrics."""
+
+
+class Lister(Protocol):
+    """What a handler may do with the cache: read it, wait for it, and add indexes to it.
+
+    The read-only face of :class:`~processor_svc.lister.ShardedLister`: which shards it shows
+    (``attach``/``detach``) and when they count as synced (``mark_synced``) are the
+    processor's business, never a handler's. Objects are shared: never mutate them.
+    """
+
+    @property
+    def shard_count(self) -> int | None: ...
+
+    def shards(self) -> builtins.list[int]: ...
+
+    def has_synced(self, shard: int | None = None) -> bool: ...
+
+    def wait_for_cache_sync(
+        self, timeout: float | None = None, stop: threading.Event | None = None
+    ) -> bool: ...
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None: ...
+
+    def get_indexers(self) -> dict[str, IndexFunc]: ...
+
+    def owns(self, key: str) -> bool: ...
+
+    def get_by_key(self, key: str) -> Obj | None: ...
+
+    def get(self, namespace_or_key: str, name: str | None = None) -> Obj | None: ...
+
+    def list(self) -> builtins.list[Obj]: ...
+
+    def list_keys(self) -> builtins.list[str]: ...
+
+    def by_index(self, index_name: str, value: str) -> builtins.list[Obj]: ...
+
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]: ...
+
+    def index(self, index_name: str, obj: Obj) -> builtins.list[Obj]: ...
+
+    def list_index_func_values(self, index_name: str) -> builtins.list[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
+@runtime_checkable
+class Startable(Protocol):
+    """Optional for a handler: ``start()`` runs once, before the first shard is attached."""
+
+    def start(self) -> None: ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """Optional for a handler: ``stop(timeout)`` runs at shutdown, after the last event;
+    returning ``False`` says it did not stop within ``timeout`` seconds (``None``: no limit)."""
+
+    def stop(self, timeout: float | None = None) -> bool | None: ...
 
 
 class HandlerLoadError(PluginError):
@@ -81,7 +147,7 @@ class HandlerContext:
     ``deployments.apps``) the handler is loaded for.
     """
 
-    lister: ShardedLister
+    lister: Lister
     workqueue_factory: WorkqueueFactory
     logger: logging.Logger
     settings: object
@@ -140,14 +206,13 @@ def parse_handler_spec(text: str) -> HandlerSpec:
         period = parse_duration(period_text)
     except ValueError as exc:
         raise HandlerLoadError(f"handler {text.strip()!r}: bad resync period: {exc}") from None
-    if period == 0:
-        return HandlerSpec(reference)
-    if period < MIN_RESYNC_PERIOD:
+    try:
+        return HandlerSpec(reference, checked_resync_period(period))
+    except ResyncPeriodError:
         raise HandlerLoadError(
             f"handler {text.strip()!r}: resync period {period_text!r} is below the minimum "
             f"of {MIN_RESYNC_PERIOD:g}s (use @0 for no resync)"
-        )
-    return HandlerSpec(reference, period)
+        ) from None
 
 
 def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandler:
@@ -162,8 +227,8 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
         target: Any = load_plugin(ref)
     except PluginError as exc:
         raise HandlerLoadError(f"handler {ref!r}: {_one_line(exc)}") from None
-    if not isinstance(target, type) and _is_handler(target):
-        return cast(ResourceEventHandler, target)
+    if not isinstance(target, type) and isinstance(target, ResourceEventHandler):
+        return target
     if not callable(target):
         raise HandlerLoadError(
             f"handler {ref!r} is a {type(target).__name__}: expected an object with "
@@ -176,15 +241,12 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
         raise HandlerLoadError(
             f"handler factory {ref!r} failed: {type(exc).__name__}: {_one_line(exc)}"
         ) from exc
-    missing = [
-        method for method in _HANDLER_METHODS if not callable(getattr(handler, method, None))
-    ]
-    if missing:
+    if not isinstance(handler, ResourceEventHandler):
         raise HandlerLoadError(
             f"handler factory {ref!r} returned a {type(handler).__name__} without "
-            f"{', '.join(missing)}"
+            f"{', '.join(_missing_methods(handler))}"
         )
-    return cast(ResourceEventHandler, handler)
+    return handler
 
 
 def load_handlers(references: Iterable[str], context: HandlerContext) -> list[LoadedHandler]:
@@ -233,9 +295,8 @@ def make_workqueue_factory(
 def start_handlers(handlers: Iterable[ResourceEventHandler]) -> None:
     """Call ``start()`` on each handler that has one, in order."""
     for handler in handlers:
-        start = getattr(handler, "start", None)
-        if callable(start):
-            start()
+        if isinstance(handler, Startable):
+            handler.start()
 
 
 def stop_handlers(handlers: Sequence[ResourceEventHandler], timeout: float | None = None) -> bool:
@@ -247,17 +308,18 @@ def stop_handlers(handlers: Sequence[ResourceEventHandler], timeout: float | Non
     deadline = None if timeout is None else time.monotonic() + timeout
     all_stopped = True
     for handler in reversed(handlers):
-        stop = getattr(handler, "stop", None)
-        if not callable(stop):
+        if not isinstance(handler, Stoppable):
             continue
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if stop(remaining) is False:
+        if handler.stop(remaining) is False:
             all_stopped = False
     return all_stopped
 
 
-def _is_handler(obj: object) -> bool:
-    return all(callable(getattr(obj, method, None)) for method in _HANDLER_METHODS)
+def _missing_methods(obj: object) -> list[str]:
+    """The handler methods ``obj`` lacks, for an error message: what makes
+    ``isinstance(obj, ResourceEventHandler)`` false, one method at a time."""
+    return [method for method in _HANDLER_METHODS if getattr(obj, method, None) is None]
 
 
 def _check_takes_context(ref: str, factory: Callable[..., object]) -> None:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import builtins  # ``builtins.list`` in annotations: ShardedLister.list shadows it in the class
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from common.compact_store import CompactIndexer
 from common.keys import Obj, deletion_handling_meta_namespace_key
@@ -46,6 +47,8 @@ from common.store import (
 from common.wire import ENVELOPE_CODEC
 
 __all__ = ["ShardedLister"]
+
+_T = TypeVar("_T")
 
 _STOP_POLL_SECONDS = 0.05
 """How often ``wait_for_cache_sync`` looks at its stop event (an Event cannot wake a Condition)."""
@@ -283,34 +286,17 @@ class ShardedLister:
 
         Raises :class:`~common.store.IndexNotFoundError` for an index nobody registered.
         """
-        ordered = self._ordered
-        if not ordered:
-            self._check_known_index(index_name)
-        result: builtins.list[Obj] = []
-        for _, store in ordered:
-            result.extend(store.by_index(index_name, value))
-        return result
+        return self._from_every_store(index_name, lambda store: store.by_index(index_name, value))
 
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         """Keys under ``value`` in the index, sorted across shards."""
-        ordered = self._ordered
-        if not ordered:
-            self._check_known_index(index_name)
-        keys: builtins.list[str] = []
-        for _, store in ordered:
-            keys.extend(store.index_keys(index_name, value))
+        keys = self._from_every_store(index_name, lambda store: store.index_keys(index_name, value))
         keys.sort()
         return keys
 
     def index(self, index_name: str, obj: Obj) -> builtins.list[Obj]:
         """Objects sharing any of ``obj``'s values in the index, grouped by shard."""
-        ordered = self._ordered
-        if not ordered:
-            self._check_known_index(index_name)
-        result: builtins.list[Obj] = []
-        for _, store in ordered:
-            result.extend(store.index(index_name, obj))
-        return result
+        return self._from_every_store(index_name, lambda store: store.index(index_name, obj))
 
     def list_index_func_values(self, index_name: str) -> builtins.list[str]:
         """Values that have objects in any owned shard, sorted; ``[]`` for an unknown index."""
@@ -330,6 +316,19 @@ class ShardedLister:
     def _check_shard(self, shard: int) -> None:
         if shard < 0 or (self._shard_count is not None and shard >= self._shard_count):
             raise ValueError(f"shard {shard} out of range for shard_count {self._shard_count}")
+
+    def _from_every_store(
+        self, index_name: str, query: Callable[[Indexer], builtins.list[_T]]
+    ) -> builtins.list[_T]:
+        """``query``'s answers from every attached store, in shard order; with no store
+        attached, an index nobody registered still raises ``IndexNotFoundError``."""
+        ordered = self._ordered
+        if not ordered:
+            self._check_known_index(index_name)
+        result: builtins.list[_T] = []
+        for _, store in ordered:
+            result.extend(query(store))
+        return result
 
     def _check_known_index(self, index_name: str) -> None:
         # With no store attached there is nobody to ask, so answer from what stores will have.

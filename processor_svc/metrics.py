@@ -9,16 +9,46 @@ longer owns must not keep reporting a frozen lag); counters stay, as Prometheus 
 from __future__ import annotations
 
 import contextlib
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["HANDLER_LATENCY_BUCKETS", "ProcessorMetrics"]
+from common.deltas import DeltaType
+
+__all__ = ["HANDLER_LATENCY_BUCKETS", "ProcessorMetrics", "ShardMetrics"]
 
 HANDLER_LATENCY_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 """From 50 µs (a trivial handler) to 10 s (one that calls out and times out)."""
+
+_PREFIX: Final = "informer_bus_processor_"
+_HELP: Final = {
+    # per shard
+    "deltas_applied": "stream deltas applied to a shard's store, by delta type",
+    "lag_entries": "entries of the shard's stream not yet acknowledged (undelivered + in flight)",
+    "lag_seconds": "now minus the reflector's observation time of the last applied delta (0 when "
+    "caught up)",
+    "store_objects": "objects in the shard's store",
+    "shard_synced": "1 once the shard's initial list reached every handler",
+    "dead_letters": "entries parked on the dead-letter stream (undecodable, invalid or "
+    "unappliable)",
+    "takeovers": "shard takeovers (snapshot load + initial list), including recoveries",
+    "takeover_gaps": "takeovers that found unacknowledged entries already trimmed by retention "
+    "(their deletions could not be delivered)",
+    "redis_errors": "failed Redis calls of a shard worker (retried with backoff)",
+    "ownership_lost": "fenced scripts refused because the shard lease names someone else",
+    # per handler
+    "handler_errors": "handler calls that raised (logged with the object key, never fatal)",
+    "handler_latency_seconds": "time one handler call took",
+    "handler_buffer": "notifications waiting in a handler's bounded buffer",
+    "resyncs": "periodic resyncs a handler ran (on_update(obj, obj) for every cached object)",
+    # per processor
+    "owned_shards": "shards this processor owns",
+    "rebalances": "assignment changes that moved shards to or from this processor",
+}
+"""Each series' help text, by its name after ``informer_bus_processor_``."""
 
 
 class ProcessorMetrics:
@@ -30,91 +60,36 @@ class ProcessorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        shard = ["resource", "shard"]
-        handler = ["resource", "handler"]
+
+        def counter(name: str, *labels: str) -> Counter:
+            return Counter(_PREFIX + name, _HELP[name], ["resource", *labels], registry=registry)
+
+        def gauge(name: str, *labels: str) -> Gauge:
+            return Gauge(_PREFIX + name, _HELP[name], ["resource", *labels], registry=registry)
+
         # --- per shard ---------------------------------------------------------------------
-        self.deltas_applied = Counter(
-            "informer_bus_processor_deltas_applied",
-            "stream deltas applied to a shard's store, by delta type",
-            [*shard, "type"], registry=registry,
-        )  # fmt: skip
-        self.lag_entries = Gauge(
-            "informer_bus_processor_lag_entries",
-            "entries of the shard's stream not yet acknowledged (undelivered + in flight)",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.lag_seconds = Gauge(
-            "informer_bus_processor_lag_seconds",
-            "now minus the reflector's observation time of the last applied delta (0 when "
-            "caught up)",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.store_size = Gauge(
-            "informer_bus_processor_store_objects", "objects in the shard's store",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.synced = Gauge(
-            "informer_bus_processor_shard_synced",
-            "1 once the shard's initial list reached every handler",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.dead_letters = Counter(
-            "informer_bus_processor_dead_letters",
-            "entries parked on the dead-letter stream (undecodable, invalid or unappliable)",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.takeovers = Counter(
-            "informer_bus_processor_takeovers",
-            "shard takeovers (snapshot load + initial list), including recoveries",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.takeover_gaps = Counter(
-            "informer_bus_processor_takeover_gaps",
-            "takeovers that found unacknowledged entries already trimmed by retention (their "
-            "deletions could not be delivered)",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.redis_errors = Counter(
-            "informer_bus_processor_redis_errors",
-            "failed Redis calls of a shard worker (retried with backoff)",
-            shard, registry=registry,
-        )  # fmt: skip
-        self.ownership_lost = Counter(
-            "informer_bus_processor_ownership_lost",
-            "fenced scripts refused because the shard lease names someone else",
-            shard, registry=registry,
-        )  # fmt: skip
+        self.deltas_applied = counter("deltas_applied", "shard", "type")
+        self.lag_entries = gauge("lag_entries", "shard")
+        self.lag_seconds = gauge("lag_seconds", "shard")
+        self.store_size = gauge("store_objects", "shard")
+        self.synced = gauge("shard_synced", "shard")
+        self.dead_letters = counter("dead_letters", "shard")
+        self.takeovers = counter("takeovers", "shard")
+        self.takeover_gaps = counter("takeover_gaps", "shard")
+        self.redis_errors = counter("redis_errors", "shard")
+        self.ownership_lost = counter("ownership_lost", "shard")
         # --- per handler -------------------------------------------------------------------
-        self.handler_errors = Counter(
-            "informer_bus_processor_handler_errors",
-            "handler calls that raised (logged with the object key, never fatal)",
-            handler, registry=registry,
-        )  # fmt: skip
+        self.handler_errors = counter("handler_errors", "handler")
+        latency = "handler_latency_seconds"
         self.handler_latency = Histogram(
-            "informer_bus_processor_handler_latency_seconds",
-            "time one handler call took",
-            handler, registry=registry, buckets=HANDLER_LATENCY_BUCKETS,
+            _PREFIX + latency, _HELP[latency], ["resource", "handler"],
+            registry=registry, buckets=HANDLER_LATENCY_BUCKETS,
         )  # fmt: skip
-        self.handler_buffer = Gauge(
-            "informer_bus_processor_handler_buffer",
-            "notifications waiting in a handler's bounded buffer",
-            handler, registry=registry,
-        )  # fmt: skip
-        self.resyncs = Counter(
-            "informer_bus_processor_resyncs",
-            "periodic resyncs a handler ran (on_update(obj, obj) for every cached object)",
-            handler, registry=registry,
-        )  # fmt: skip
+        self.handler_buffer = gauge("handler_buffer", "handler")
+        self.resyncs = counter("resyncs", "handler")
         # --- per processor (set by the service) --------------------------------------------
-        self.owned_shards = Gauge(
-            "informer_bus_processor_owned_shards", "shards this processor owns",
-            ["resource"], registry=registry,
-        )  # fmt: skip
-        self.rebalances = Counter(
-            "informer_bus_processor_rebalances",
-            "assignment changes that moved shards to or from this processor",
-            ["resource"], registry=registry,
-        )  # fmt: skip
+        self.owned_shards = gauge("owned_shards")
+        self.rebalances = counter("rebalances")
 
     def forget_shard(self, resource: str, shard: int) -> None:
         """Drop the shard's gauges (its worker ended: the shard may be someone else's now)."""
@@ -122,3 +97,24 @@ class ProcessorMetrics:
         for gauge in (self.lag_entries, self.lag_seconds, self.store_size, self.synced):
             with contextlib.suppress(KeyError):  # never set
                 gauge.remove(*labels)
+
+
+class ShardMetrics:
+    """The label children of one shard, bound once (``labels()`` costs a dict lookup and a
+    lock per call; the shard worker's hot path increments these directly)."""
+
+    def __init__(self, metrics: ProcessorMetrics, resource: str, shard: int) -> None:
+        labels = (resource, str(shard))
+        self.applied = {
+            delta_type: metrics.deltas_applied.labels(*labels, delta_type.value)
+            for delta_type in DeltaType
+        }
+        self.lag_entries = metrics.lag_entries.labels(*labels)
+        self.lag_seconds = metrics.lag_seconds.labels(*labels)
+        self.store_size = metrics.store_size.labels(*labels)
+        self.synced = metrics.synced.labels(*labels)
+        self.dead_letters = metrics.dead_letters.labels(*labels)
+        self.takeovers = metrics.takeovers.labels(*labels)
+        self.takeover_gaps = metrics.takeover_gaps.labels(*labels)
+        self.redis_errors = metrics.redis_errors.labels(*labels)
+        self.ownership_lost = metrics.ownership_lost.labels(*labels)

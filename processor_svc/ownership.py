@@ -189,6 +189,11 @@ class ShardOwnership:
         return self._resource
 
     @property
+    def membership(self) -> Membership:
+        """Our registration in the members, which :meth:`start`'s loop heartbeats."""
+        return self._membership
+
+    @property
     def acquisitions(self) -> int:
         """How many times a shard lease was newly acquired (each then got ``on_acquired``)."""
         with self._cond:

@@ -1,9 +1,9 @@
 """One processor process: membership, shard ownership, shard workers, handlers, probes.
 
 The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shards this
-process owns; for each acquired shard a :class:`~processor_svc.shard.ShardWorker` takes it over
-into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`) and
-applies its stream, fanning notifications out through one
+process owns; for each acquired shard a :class:`~processor_svc.shard_worker.ShardWorker` takes
+it over into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`)
+and applies its stream, fanning notifications out through one
 :class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced shard's worker stops
 (acknowledging what the handlers finished) before its lease is released, so two processors
 never apply one shard at once.
@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
-from common.observability import ObservabilityServer
+from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import Publication, read_publication
 from common.redis_config import redacted_url
@@ -51,11 +51,10 @@ from processor_svc.handlers import (
     stop_handlers,
 )
 from processor_svc.lister import ShardedLister
-from processor_svc.membership import Membership
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.ownership import ShardOwnership
 from processor_svc.settings import ProcessorSettings
-from processor_svc.shard import ShardWorker
+from processor_svc.shard_worker import ShardWorker
 
 __all__ = ["ProcessorService"]
 
@@ -129,14 +128,8 @@ class ProcessorService:
             timing=settings.lease,
             membership=settings.membership,
         )
-        # Heartbeats while waiting for the reflector (ShardOwnership heartbeats afterwards).
-        self._membership = Membership(
-            self.lease_redis,
-            prefix=settings.prefix,
-            resource=self.resource,
-            member_id=self.member_id,
-            ttl=settings.membership.member_ttl,
-        )
+        # Heartbeated by us while waiting for the reflector, by the ownership loop afterwards.
+        self._membership = self.ownership.membership
         self._published = threading.Event()
         self._waiting_for = f"looking for the reflector of {self._where()}"
         self._ownership_lock = threading.Lock()
@@ -155,14 +148,9 @@ class ProcessorService:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._server = ObservabilityServer(
-            self.registry,
-            healthz=self.healthz,
-            readyz=self.readyz,
-            host=self.settings.http_host,
-            port=self.settings.http_port,
+        self._server = serve_probes(
+            self, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._server.start()
         start_handlers(self._handler_objects)
         self.dispatcher.start()
         self._gate.start()
@@ -248,11 +236,9 @@ class ProcessorService:
                 if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
                     last_failure_log = now
                     log.warning(
-                        "%s: looking for its reflector failed, retrying: %s: %s [Redis %s]",
+                        "%s: looking for its reflector failed, retrying: %s",
                         self.resource,
-                        type(exc).__name__,
-                        " ".join(str(exc).split()),
-                        redacted_url(self.settings.redis.url),
+                        self._redis_failure(exc),
                     )
                 self._stopping.wait(poll)
                 continue
@@ -327,12 +313,13 @@ class ProcessorService:
             self._membership.leave()
         except redis.RedisError as exc:
             log.warning(
-                "%s: could not leave the members: %s: %s [Redis %s]",
-                self.resource,
-                type(exc).__name__,
-                " ".join(str(exc).split()),
-                redacted_url(self.settings.redis.url),
+                "%s: could not leave the members: %s", self.resource, self._redis_failure(exc)
             )
+
+    def _redis_failure(self, exc: redis.RedisError) -> str:
+        """``Type: message [Redis URL]`` on one line, password masked, for a retry's log."""
+        message = " ".join(str(exc).split())
+        return f"{type(exc).__name__}: {message} [Redis {redacted_url(self.settings.redis.url)}]"
 
     # --- shards ---------------------------------------------------------------------------
 

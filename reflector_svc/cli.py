@@ -8,11 +8,16 @@ exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (ex
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from common.plugins import PluginError
 from common.redis_config import redacted_url
-from common.service_runner import fail, name_failures_in_logs, prepare_service, run_until_signalled
+from common.service_runner import (
+    command_main,
+    fail,
+    name_failures_in_logs,
+    prepare_service,
+    run_until_signalled,
+)
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from reflector_svc.api_errors import KubeError
 from reflector_svc.resources import ResourceSpec, UnknownResourceError
@@ -56,7 +61,4 @@ def run(args: argparse.Namespace) -> int:
     return run_until_signalled(service, program=PROGRAM)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reflector_svc", description=HELP)
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
+main = command_main("python -m reflector_svc", HELP, configure_parser, run)

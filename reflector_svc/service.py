@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from common.leader_election import LeaderElector
 from common.lease import RedisLease, unique_holder
-from common.observability import ObservabilityServer
+from common.observability import ObservabilityServer, serve_probes
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.service_clients import service_clients
 from reflector_svc.lister_watcher import KubeSource
@@ -112,14 +112,9 @@ class ReflectorService:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._server = ObservabilityServer(
-            self.registry,
-            healthz=self.healthz,
-            readyz=self.readyz,
-            host=self.settings.http_host,
-            port=self.settings.http_port,
+        self._server = serve_probes(
+            self, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._server.start()
         for runner in self._runners:
             keys = ResourceKeys(self.settings.prefix, runner.reflector.resource)
             lease = RedisLease(

@@ -4,7 +4,7 @@ It starts real processes, the same commands a deployment runs: a private ``redis
 the Redis at ``--redis-url`` / ``$REDIS_URL``), the API server simulator populated with a few
 thousand pods and steady churn (or, with ``--kubeconfig``, a real cluster instead), one
 reflector, and processors running the example handler
-``processor_svc.examples.pod_phase_counter:PodPhaseCounter``. Their logs go to files in a
+``informer_bus.examples.pod_phase_counter:PodPhaseCounter``. Their logs go to files in a
 directory printed at start, so the terminal shows only the view.
 
 The view is :mod:`informer_bus.status` read once a second (the facts all live in Redis), plus

@@ -12,7 +12,7 @@ __all__ = ["ENV_PREFIX", "HANDLER", "MAX_FAILED_STARTS", "MEMBER_TTL", "PROGRAM"
 
 PROGRAM: Final = "informer-bus demo"
 ENV_PREFIX: Final = "INFORMER_BUS_DEMO_"
-HANDLER: Final = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+HANDLER: Final = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 PRIVATE_PREFIX: Final = "ib"
 
 MAX_FAILED_STARTS: Final = 3

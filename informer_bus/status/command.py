@@ -8,11 +8,9 @@ report, a message says so); 2 for a user mistake (bad flag, unreachable Redis, a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import redis
 
@@ -20,13 +18,12 @@ from common.redis_config import connection_kwargs, describe_redis_error, redacte
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
+    ENV_PREFIX,
+    BusSettings,
     MembershipTiming,
-    RedisConnection,
-    ServiceSettings,
     SettingsError,
     add_flags,
-    check_key_prefix,
-    grouped,
+    same_as,
     settings_from_args,
 )
 from informer_bus.discovery import discover_resources
@@ -37,7 +34,6 @@ from informer_bus.subcommand import Subcommand
 __all__ = ["HELP", "PROGRAM", "STATUS", "StatusSettings"]
 
 PROGRAM: Final = "informer-bus status"
-ENV_PREFIX: Final = "INFORMER_BUS_"
 
 HELP = (
     "Show the pipeline's state from Redis: per resource the reflector leader, last RV and last "
@@ -45,28 +41,10 @@ HELP = (
 )
 
 
-_SERVICE_FIELDS = {f.name: f for f in dataclasses.fields(ServiceSettings)}
-_MEMBERSHIP_FIELDS = {f.name: f for f in dataclasses.fields(MembershipTiming)}
-
-
-def _same_as(source: Mapping[str, dataclasses.Field[Any]], name: str, help_text: str = "") -> Any:
-    """A settings field with the default, flag and env var of a service's field of that name,
-    so ``status`` is pointed at Redis exactly like the services it reports on."""
-    original = source[name]
-    metadata = dict(original.metadata)
-    if help_text:
-        metadata["help"] = help_text
-    return field(default=original.default, metadata=metadata)
-
-
 @dataclass(frozen=True)
-class StatusSettings:
+class StatusSettings(BusSettings):
     """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
 
-    redis: RedisConnection = field(
-        default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
-    )
-    prefix: str = _same_as(_SERVICE_FIELDS, "prefix")
     resource: tuple[str, ...] = field(
         default=(),
         metadata={"help": "resource id to show (pods, deployments.apps, or the reflector's "
@@ -76,18 +54,18 @@ class StatusSettings:
     output: str = field(
         default="table", metadata={"help": "table (for people) or json (for scripts)"}
     )
-    member_ttl: float = _same_as(
-        _MEMBERSHIP_FIELDS,
+    member_ttl: float = same_as(
+        MembershipTiming,
         "member_ttl",
         "the processors' --member-ttl, to turn heartbeat deadlines into heartbeat ages",
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.output not in ("table", "json"):
             raise SettingsError(f"--output must be table or json, got {self.output!r}")
         if not self.member_ttl > 0:
             raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
-        check_key_prefix(self.prefix)
         try:  # an id, or a reflector --resource spec pasted as is: deployments.v1.apps
             ids = tuple(dict.fromkeys(resource_id_from(text) for text in self.resource))
         except ValueError as exc:

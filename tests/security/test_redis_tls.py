@@ -35,7 +35,7 @@ from tests.support.waiting import wait_until
 SHARDS = 4
 REFLECTOR = [sys.executable, "-m", "reflector_svc"]
 PROCESSOR = [sys.executable, "-m", "processor_svc"]
-HANDLER = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+HANDLER = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 
 
 def test_the_pipeline_runs_over_tls_as_acl_users_with_only_their_minimal_acl(

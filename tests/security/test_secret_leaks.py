@@ -23,7 +23,7 @@ from tests.support.cli import run_command
 from tests.support.waiting import wait_until
 
 SHARDS = 4
-HANDLER = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+HANDLER = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 WRONG_PASSWORD = "wrong-Tz9m-4411-secret"
 COMMON = ["--log-json", "--log-level", "debug", "--http-host", "127.0.0.1", "--http-port", "0",
           "--shard-count", str(SHARDS), "--lease-duration", "2", "--renew-deadline", "1.5",

@@ -29,7 +29,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 SHARDS = 2
-HANDLER = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+HANDLER = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 SECRET_VALUE = "c3VwZXItc2VjcmV0LXZhbHVl"  # base64 of "super-secret-value"
 
 

@@ -27,7 +27,7 @@ SHARDS = 4
 PODS = 300
 MEMBER_TTL = 2.0
 STATUS = [str(Path(sys.executable).with_name("informer-bus")), "status"]
-EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 
 
 def status(*args: str) -> subprocess.CompletedProcess[str]:

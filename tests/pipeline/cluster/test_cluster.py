@@ -168,7 +168,7 @@ def test_cluster_flag_against_a_standalone_redis_is_one_line(redis_server: Redis
     result = run_command(
         (sys.executable, "-m", "processor_svc"), "--resource", "pods", "--redis-url",
         redis_server.url, "--redis-cluster", "--handler",
-        "processor_svc.examples.pod_phase_counter:PodPhaseCounter",
+        "informer_bus.examples.pod_phase_counter:PodPhaseCounter",
     )  # fmt: skip
     line = one_line_error(result, "informer-bus processor")
     assert "cannot use the Redis Cluster" in line

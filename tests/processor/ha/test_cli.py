@@ -30,7 +30,7 @@ from tests.support.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = [sys.executable, "-m", "processor_svc"]
 CONSOLE = [str(Path(sys.executable).with_name("informer-bus")), "processor"]
-EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 
 
 def _run(

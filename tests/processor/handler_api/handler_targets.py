@@ -48,6 +48,12 @@ def returns_a_number(context: HandlerContext) -> object:
 NOT_A_HANDLER = 42
 
 
+class DeletesNothing(Recorder):
+    """Opts out of ``on_delete`` by setting it to ``None``: not a handler either."""
+
+    on_delete = None  # type: ignore[assignment]
+
+
 class HalfAHandler:
     """Has on_add only: an instance is not a handler."""
 

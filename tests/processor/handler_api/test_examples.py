@@ -12,8 +12,8 @@ from common.deltas import Delta, DeltaType
 from common.handlers import ResourceEventHandler, process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
 from common.store import Indexer
-from processor_svc.examples.pod_phase_counter import PHASE_INDEX, PodPhaseCounter
-from processor_svc.examples.replica_checker import ReplicaChecker, Shortfall
+from informer_bus.examples.pod_phase_counter import PHASE_INDEX, PodPhaseCounter
+from informer_bus.examples.replica_checker import ReplicaChecker, Shortfall
 from processor_svc.handlers import load_handler
 from processor_svc.lister import ShardedLister
 from tests.processor.handler_api.conftest import deployment, make_context, pod
@@ -33,7 +33,7 @@ class TestPodPhaseCounter:
     def test_counts_follow_the_cache_through_replays_and_handovers(self) -> None:
         lister = ShardedLister()
         counter = load_handler(
-            "processor_svc.examples.pod_phase_counter:PodPhaseCounter", make_context(lister)
+            "informer_bus.examples.pod_phase_counter:PodPhaseCounter", make_context(lister)
         )
         assert isinstance(counter, PodPhaseCounter)
         shard0, shard1 = lister.new_store(), lister.new_store()
@@ -87,7 +87,7 @@ class TestReplicaChecker:
     def test_reconciles_shortfalls(self) -> None:
         lister = ShardedLister()
         checker = load_handler(
-            "processor_svc.examples.replica_checker:ReplicaChecker",
+            "informer_bus.examples.replica_checker:ReplicaChecker",
             make_context(lister, resource="deployments.apps"),
         )
         assert isinstance(checker, ReplicaChecker)
@@ -136,7 +136,7 @@ class TestReplicaChecker:
 
 @pytest.mark.parametrize(
     "example",
-    ["processor_svc/examples/pod_phase_counter.py", "processor_svc/examples/replica_checker.py"],
+    ["informer_bus/examples/pod_phase_counter.py", "informer_bus/examples/replica_checker.py"],
 )
 def test_the_docs_show_the_example_code(example: str) -> None:
     docs = (ROOT / "docs" / "handlers.md").read_text()

@@ -11,6 +11,9 @@ from processor_svc.handlers import (
     HandlerContext,
     HandlerLoadError,
     HandlerSpec,
+    Lister,
+    Startable,
+    Stoppable,
     load_handler,
     load_handlers,
     make_workqueue_factory,
@@ -107,6 +110,13 @@ class TestLoadErrors:
     def test_a_class_whose_instances_lack_methods(self, context: HandlerContext) -> None:
         assert "without on_update, on_delete" in load_error(f"{TARGETS}:HalfAHandler", context)
 
+    def test_a_method_set_to_none_is_missing(self, context: HandlerContext) -> None:
+        message = load_error(f"{TARGETS}:DeletesNothing", context)
+        assert message == (
+            f"handler factory '{TARGETS}:DeletesNothing' returned a DeletesNothing without "
+            "on_delete"
+        )
+
     def test_an_abstract_controller(self, context: HandlerContext) -> None:
         message = load_error(f"{TARGETS}:NoReconcile", context)
         assert "NoReconcile" in message and "reconcile" in message
@@ -173,6 +183,13 @@ class TestResyncSyntax:
             load_handlers([f"{TARGETS}:Recorder", f"{TARGETS}:Recorder@10s"], context)
 
 
+def test_handlers_get_a_lister_that_cannot_change_what_it_shows() -> None:
+    exposed = {name for name in vars(Lister) if not name.startswith("_")}
+    assert not exposed & {"attach", "detach", "mark_synced", "new_store"}
+    assert exposed <= set(dir(ShardedLister))  # the processor's lister is one
+    assert HandlerContext.__annotations__["lister"] == "Lister"
+
+
 class TestLifecycleAndQueues:
     def test_start_and_stop_handlers(self, context: HandlerContext) -> None:
         calls: list[str] = []
@@ -194,6 +211,27 @@ class TestLifecycleAndQueues:
         assert not stop_handlers(handlers, timeout=1.0)  # b did not stop in time
         assert calls == ["start a", "start b", "stop b True", "stop a True"]
         assert stop_handlers([handlers[0]])
+
+    def test_only_handlers_with_a_start_or_stop_method_are_called(self) -> None:
+        # The lifecycle shapes are protocols: a method set to None does not count as one.
+        calls: list[str] = []
+
+        class StartsOnly(handler_targets.Recorder):
+            stop = None
+
+            def start(self) -> None:
+                calls.append("start")
+
+        class StopsOnly(handler_targets.Recorder):
+            def stop(self, timeout: float | None = None) -> None:
+                calls.append("stop")  # returning None is not "did not stop in time"
+
+        handlers = [StartsOnly(), StopsOnly(), handler_targets.Recorder()]
+        assert [isinstance(h, Startable) for h in handlers] == [True, False, False]
+        assert [isinstance(h, Stoppable) for h in handlers] == [False, True, False]
+        start_handlers(handlers)
+        assert stop_handlers(handlers, timeout=1.0)
+        assert calls == ["start", "stop"]
 
     def test_workqueue_factory(self) -> None:
         limiter = ItemExponentialFailureRateLimiter[str](0.001, 0.01)

@@ -24,7 +24,7 @@ from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until
 
 PASSWORD = "retry-s3cret"
-EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 SHARDS = 2
 COMMON = ["--shard-count", str(SHARDS), "--http-host", "127.0.0.1", "--http-port", "0"]
 
@@ -128,11 +128,11 @@ def test_failures_after_startup_name_redis_and_the_kubernetes_api(
 
             private_redis.stop()  # then Redis: leases, heartbeats and shard reads fail
             wait_until(lambda: failure_lines(processor.log(), "processor_svc.ownership"), 30)
-            wait_until(lambda: failure_lines(processor.log(), "processor_svc.shard"), 30)
+            wait_until(lambda: failure_lines(processor.log(), "processor_svc.shard_worker"), 30)
             wait_until(lambda: failure_lines(reflector.log(), "common.leader_election"), 30)
             for service, logger in (
                 (processor, "processor_svc.ownership"),
-                (processor, "processor_svc.shard"),
+                (processor, "processor_svc.shard_worker"),
                 (reflector, "common.leader_election"),
             ):
                 assert_names_redis(failure_lines(service.log(), logger), redacted)

@@ -28,7 +28,7 @@ SHARDS = 4
 CONFIGMAPS = 12
 PASSWORD = "waiting-s3cret"
 CLI = str(Path(sys.executable).with_name("informer-bus"))
-EXAMPLE = "processor_svc.examples.pod_phase_counter:PodPhaseCounter"
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 
 
 @pytest.fixture

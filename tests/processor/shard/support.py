@@ -20,12 +20,13 @@ from prometheus_client import CollectorRegistry
 from common.compact_store import CompactIndexer
 from common.lease import RedisLease
 from common.redis_config import lease_client
+from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.redis_layout import ShardKeys
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.metrics import ProcessorMetrics
-from processor_svc.shard import GROUP, ShardWorker
+from processor_svc.shard_worker import ShardWorker
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.publisher import ShardPublisher
 

@@ -18,6 +18,7 @@ from processor_svc.dispatch import (
     UpdateNotification,
 )
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 from tests.reflector.publisher.support import obj
 from tests.support.recording_handler import Recorder
 from tests.support.waiting import wait_until
@@ -188,7 +189,7 @@ def test_resync_replays_on_update_from_the_lister_on_the_handlers_own_period() -
     hub = dispatcher(
         ("resyncing", resyncing),
         ("quiet", quiet),
-        resync_periods={"resyncing": 0.2, "quiet": 0},  # 0.2 is raised to the 1 s minimum
+        resync_periods={"resyncing": 1.0, "quiet": 0},  # 1 s: the minimum
         lister=lambda: objects,
     )
     started = time.monotonic()
@@ -211,3 +212,14 @@ def test_bad_configurations_are_refused() -> None:
         dispatcher(("a", Recorder()), resync_periods={"b": 5}, lister=list)
     with pytest.raises(ValueError, match="buffer_size"):
         dispatcher(("a", Recorder()), buffer_size=0)
+
+
+@pytest.mark.parametrize("period", [0.2, 0.999, -1.0, float("nan")])
+def test_a_resync_period_below_the_minimum_is_refused_as_on_the_command_line(
+    period: float,
+) -> None:
+    # One rule with `--handler mod:attr@0.2s`: refused, never raised to the minimum.
+    with pytest.raises(ResyncPeriodError, match="handler 'a': resync period"):
+        dispatcher(("a", Recorder()), resync_periods={"a": period}, lister=list)
+    assert checked_resync_period(MIN_RESYNC_PERIOD) == MIN_RESYNC_PERIOD
+    assert checked_resync_period(0) is None

@@ -25,7 +25,7 @@ def test_a_read_whose_reply_was_lost_is_replayed_from_the_pending_list(shard: Sh
     recorder = Recorder()
     with shard.running(("rec", recorder), block_ms=200, backoff=quick_backoff()) as (w, _, _):
         assert w.wait_for_sync(5)
-        real = w._read_script
+        real = w._stream._read_script
         failures: list[int] = []
 
         def read_then_lose_the_reply(**kwargs: Any) -> Any:
@@ -35,7 +35,7 @@ def test_a_read_whose_reply_was_lost_is_replayed_from_the_pending_list(shard: Sh
                 raise redis.ConnectionError("connection lost after the script ran")
             return reply
 
-        w._read_script = read_then_lose_the_reply  # type: ignore[assignment]
+        w._stream._read_script = read_then_lose_the_reply  # type: ignore[assignment]
         shard.publish(added("ns/a", "1"), added("ns/b", "2"))
         shard.publish(updated("ns/a", "3"))
         wait_until(lambda: len(recorder.events) == 3, what="every delta despite the lost reply")

@@ -13,8 +13,9 @@ import redis
 from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
 from common.keys import Obj
+from common.redis_layout import PROCESSOR_GROUP as GROUP
+from common.redis_layout import SHARD_CONSUMER as CONSUMER
 from common.store import Indexer
-from processor_svc.shard import CONSUMER, GROUP
 from tests.processor.shard.support import Shard, compact_envelopes
 from tests.reflector.publisher.support import added, deleted, delta, updated
 from tests.support.recording_handler import Recorder

@@ -1,7 +1,7 @@
 """Pods per phase, from the cache; phase transitions, from events.
 
 Run it with ``informer-bus processor --resource pods
---handler processor_svc.examples.pod_phase_counter:PodPhaseCounter``.
+--handler informer_bus.examples.pod_phase_counter:PodPhaseCounter``.
 
 The two halves show the two ways to use events. ``counts()`` is *level-based*: it reads the
 lister's ``phase`` index every time, so it is right after replays, takeovers (which re-deliver
@@ -17,8 +17,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
-from processor_svc.handlers import HandlerContext
+from informer_bus import DeletedFinalStateUnknown, HandlerContext, Obj, meta_namespace_key
 
 __all__ = ["PHASE_INDEX", "PodPhaseCounter", "phase_index"]
 

@@ -1,7 +1,7 @@
 """Deployments that have fewer ready replicas than they ask for: a complete Controller.
 
 Run it with ``informer-bus processor --resource deployments.apps
---handler processor_svc.examples.replica_checker:ReplicaChecker``.
+--handler informer_bus.examples.replica_checker:ReplicaChecker``.
 
 This is client-go's NewController pattern: the inherited ``on_add``/``on_update``/``on_delete``
 only queue the Deployment's key; worker threads call :meth:`ReplicaChecker.reconcile` with the
@@ -15,8 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from processor_svc.controller import Controller
-from processor_svc.handlers import HandlerContext
+from informer_bus import Controller, HandlerContext
 
 __all__ = ["ReplicaChecker", "Shortfall"]
 

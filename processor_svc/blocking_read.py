@@ -1,0 +1,171 @@
+"""The blocking wait for a shard's new entries, and the interrupt that ends it early.
+
+Reads that change the consumer group are fenced scripts (:mod:`processor_svc.fenced_stream`),
+and a script cannot block. So the wait for new entries is a plain ``XREAD BLOCK`` (it changes
+nothing) on a dedicated connection whose ``socket_timeout`` is well above the block time
+(redis-py's default 5 s would otherwise turn every long BLOCK into a timeout and retries); the
+entries themselves are then taken with a fenced, non-blocking ``XREADGROUP``.
+
+Stopping a shard must not wait out a whole block: :meth:`BlockingRead.interrupt` ends the wait
+with ``CLIENT UNBLOCK``, using the connection's ``CLIENT ID`` recorded when it connected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Final
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from common.redis_config import node_client
+
+__all__ = ["BlockingRead"]
+
+log = logging.getLogger(__name__)
+
+_BLOCK_TIMEOUT_MARGIN: Final = 10.0  # blocking socket timeout = block time + this
+
+_POOL_BOUND_KWARGS: Final = frozenset(
+    {
+        "retry",
+        "redis_connect_func",
+        "maint_notifications_pool_handler",
+        "himport_registry",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+    }
+)
+"""Connection settings that belong to the original pool (or are replaced), not copied."""
+
+
+class BlockingRead:
+    """Waits up to ``block_ms`` for entries of ``stream`` after an ID, interruptibly.
+
+    ``client`` is the shard worker's client (its connection settings are copied, and on a
+    Cluster it finds the node serving the stream); ``stop`` is the worker's stop event: once it
+    is set no new wait starts. :meth:`wait` runs on the worker's thread, :meth:`interrupt` on
+    any other.
+    """
+
+    def __init__(
+        self, client: redis.Redis, stream: str, *, block_ms: int, stop: threading.Event
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._block_ms = block_ms
+        self._stop = stop
+        # What interrupt() needs to end a wait, guarded by the lock.
+        self._lock = threading.Lock()
+        self._blocking = False
+        self._blocking_id: int | None = None
+        self._blocking_client: redis.Redis | None = None
+
+    @property
+    def connected(self) -> bool:
+        """The dedicated connection exists (it is made at the first wait, dropped on errors)."""
+        return self._blocking_client is not None
+
+    def wait(self, after_id: str, block_ms: int) -> None:
+        """Block until the stream has an entry after ``after_id``, or ``block_ms`` passed, or
+        :meth:`interrupt`; returns at once when the stop event is set. Raises
+        ``redis.RedisError`` (the connection is then closed, the next wait makes a new one)."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._blocking = True
+        try:
+            client = self._connection()
+            client.xread({self._stream: after_id}, count=1, block=block_ms)
+        except redis.RedisError:
+            self.close()
+            raise
+        finally:
+            with self._lock:
+                self._blocking = False
+
+    def interrupt(self, worker: threading.Thread) -> None:
+        """End a blocking ``XREAD`` now with ``CLIENT UNBLOCK`` instead of waiting ``block_ms``.
+
+        ``worker`` is the thread that waits. It may be between deciding to block and Redis
+        registering the command, when there is nothing to unblock yet; so retry until it
+        unblocked or the wait is over.
+        """
+        deadline = time.monotonic() + self._block_ms / 1000 + 1.0
+        while worker.is_alive() and time.monotonic() < deadline:
+            with self._lock:
+                if not self._blocking:
+                    return
+                client_id = self._blocking_id
+            if client_id is not None:
+                try:
+                    # The blocked connection sits on the node serving the stream (Cluster).
+                    node = node_client(self._client, self._stream)
+                    if node.client_unblock(client_id):
+                        return
+                except redis.RedisError:
+                    return  # the read ends by its own timeout
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        """Close the dedicated connection (best effort); the next wait opens a new one."""
+        client, self._blocking_client = self._blocking_client, None
+        with self._lock:
+            self._blocking_id = None
+        if client is not None:
+            try:
+                client.close()
+                client.connection_pool.disconnect()
+            except Exception:  # closing is best effort
+                log.debug("closing the blocking connection failed", exc_info=True)
+
+    def _connection(self) -> redis.Redis:
+        """A client on one dedicated connection whose socket timeout outlasts ``block_ms``.
+
+        Built from the given client's connection settings (the pool's own bookkeeping left
+        out). Its connect hook records the connection's ``CLIENT ID`` on every (re)connect, so
+        :meth:`interrupt` can ``CLIENT UNBLOCK`` it. No retries: the blocked command is an
+        ``XREAD`` that changes nothing, and the worker's loop retries with backoff.
+        """
+        if self._blocking_client is not None:
+            return self._blocking_client
+        # On a Redis Cluster: the pool of the node serving the stream's slot now, looked up
+        # again whenever a failed read (MOVED, a lost node) closed the previous connection.
+        pool = node_client(self._client, self._stream).connection_pool
+        kwargs = {
+            name: value
+            for name, value in pool.connection_kwargs.items()
+            if name not in _POOL_BOUND_KWARGS
+        }
+
+        # The hook lives as long as the pool, and redis-py's pools sit in reference cycles
+        # that only a full collection frees: a strong reference here kept every stopped
+        # worker, with its shard store, alive for minutes (found by the soak test).
+        reader = weakref.ref(self)
+
+        def on_connect(connection: Any) -> None:
+            connection.on_connect()
+            connection.send_command("CLIENT", "ID")
+            client_id = int(connection.read_response())
+            owner = reader()
+            if owner is not None:
+                with owner._lock:
+                    owner._blocking_id = client_id
+
+        kwargs.update(
+            socket_timeout=self._block_ms / 1000 + _BLOCK_TIMEOUT_MARGIN,
+            retry=Retry(NoBackoff(), 0),
+            redis_connect_func=on_connect,
+        )
+        blocking_pool = redis.ConnectionPool(
+            connection_class=pool.connection_class, max_connections=2, **kwargs
+        )
+        self._blocking_client = redis.Redis(
+            connection_pool=blocking_pool, single_connection_client=True
+        )
+        return self._blocking_client

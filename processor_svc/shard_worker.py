@@ -1,0 +1,554 @@
+"""One owned shard: take it over, then apply its stream to the shard's store and handlers.
+
+``docs/architecture.md`` ("Processing") is the specification; this module implements the
+delivery guarantee for a single shard, in one thread per shard (:class:`ShardWorker`).
+Per-object order is the stream's order because one thread applies a shard and one owner holds
+it. Its parts live beside it: the takeover (:mod:`processor_svc.takeover`, the first thing the
+thread does, and again after an unexpected failure), the fenced read/acknowledge protocol and
+dead letters (:mod:`processor_svc.fenced_stream`), the blocking wait for new entries and its
+interrupt (:mod:`processor_svc.blocking_read`).
+
+**Consumption**: entries after ``L`` (where the takeover left the group) are applied one at a
+time with ``process_deltas`` into the store, their notifications carry an
+:class:`~processor_svc.ack_tracker.AckToken` and are handed to the handlers once per read batch.
+The completed prefix (entries every handler returned for) is acknowledged by the next fenced
+read script, which runs ``XACK`` before ``XREADGROUP``: one round trip per batch instead of two.
+A batch with dead letters goes through the acknowledging script, which also parks them.
+
+**Fencing**: a refused script ends the worker without acknowledging more, and its
+notifications still queued for the handlers are skipped (the next owner may be calling
+handlers for the shard already).
+
+**Errors**: a failed Redis call is logged and counted, the worker backs off
+(:class:`common.backoff.Backoff`) and retries. After a failed ``XREADGROUP`` whose outcome is
+unknown the next read replays this consumer's pending entries after the last one seen, so nothing
+that was moved into the pending list is skipped. An unexpected exception is logged and leads to
+a fresh takeover (at-least-once, like a restarted informer). The thread never dies silently:
+:attr:`ShardWorker.error` holds the last failure and :attr:`ShardWorker.alive` tells whether it
+still runs.
+
+**What the worker needs** is declared beside it, not taken from the concrete classes: a
+:class:`~processor_svc.shard_store.ShardStore` to write (an :class:`~common.store.Indexer` is
+one; :mod:`processor_svc.shard_store` says when a store is handed each entry as it came) and a
+:class:`NotificationSink` to send to (a :class:`~processor_svc.dispatch.HandlerDispatcher` is
+one).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+import redis
+from redis.exceptions import ResponseError
+
+from common.backoff import Backoff
+from common.deltas import DeltaType
+from common.handlers import process_deltas
+from common.keys import DeletedFinalStateUnknown, Obj
+from common.redis_layout import ShardKeys
+from common.runtime import release_free_heap
+from common.wire import (
+    DEFAULT_MAX_BYTES,
+    FIELD,
+    WireDecodeError,
+    decode_envelope,
+    envelope_from_fields,
+)
+from processor_svc.ack_tracker import AckToken, AckTracker
+from processor_svc.blocking_read import BlockingRead
+from processor_svc.dispatch import (
+    AddNotification,
+    DeleteNotification,
+    DispatcherClosedError,
+    Notification,
+    UpdateNotification,
+)
+from processor_svc.fenced_stream import (
+    DeadLetter,
+    FencedStream,
+    OwnershipLostError,
+    as_mapping,
+    as_text,
+    payload_of,
+    raw_of,
+)
+from processor_svc.metrics import ProcessorMetrics, ShardMetrics
+from processor_svc.shard_store import ShardStore, keeps_envelopes
+from processor_svc.takeover import Commit, InitialListSink, Takeover
+
+__all__ = ["NotificationSink", "ShardWorker"]
+
+log = logging.getLogger(__name__)
+
+_LAG_REFRESH: Final = 1.0  # seconds between XINFO GROUPS calls for the lag gauge
+_ACK_POLL_MS: Final = 100  # block at most this long while handlers still hold entries
+
+
+class NotificationSink(InitialListSink, Protocol):
+    """Where a shard worker sends its notifications: every handler, behind bounded buffers.
+
+    Besides the initial list's calls: :meth:`wait_quiet` waits (at most ``timeout`` seconds)
+    until no handler runs a notification delivered with ``cancel``; :meth:`wake` makes a
+    delivery blocked on a full buffer re-check its cancel event now.
+    """
+
+    def wait_quiet(self, cancel: threading.Event, timeout: float) -> bool: ...
+
+    def wake(self) -> None: ...
+
+
+class _Forwarder:
+    """The ``process_deltas`` handler: collects each callback as a notification carrying the
+    current entry's token; :meth:`flush` hands a whole read batch to the sink at once."""
+
+    __slots__ = ("_cancel", "_sink", "pending", "token")
+
+    def __init__(self, sink: NotificationSink, cancel: threading.Event) -> None:
+        self._sink = sink
+        self._cancel = cancel
+        self.token: AckToken | None = None
+        self.pending: list[tuple[Notification, AckToken | None]] = []
+
+    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.pending.append((UpdateNotification(old, new), self.token))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.pending.append((DeleteNotification(obj), self.token))
+
+    def flush(self) -> bool:
+        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
+        (the collected entries' tokens then never complete)."""
+        pending, self.pending = self.pending, []
+        return self._sink.deliver_all(pending, cancel=self._cancel)
+
+
+class ShardWorker:
+    """Takes over one owned shard and applies its stream, in a thread of its own.
+
+    ``client`` must not decode responses (envelopes are bytes). ``epoch`` is the fencing token
+    of our shard lease (``member_id`` is its holder). ``count`` entries are read per batch;
+    ``block_ms`` (>= 1) bounds one idle wait, and so how long :meth:`stop` can take when the
+    interrupt of that wait fails. :meth:`start` runs the thread
+    ``shard-worker[<resource>:<shard>]``; :meth:`stop` ends it gracefully, :meth:`lost` without
+    acknowledging anything more. ``backoff`` paces retries after Redis errors (client-go's
+    shape by default).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: ShardKeys,
+        *,
+        shard: int,
+        epoch: int,
+        member_id: str,
+        store: ShardStore,
+        dispatcher: NotificationSink,
+        metrics: ProcessorMetrics,
+        resource: str,
+        count: int = 500,
+        block_ms: int = 1000,
+        max_entry_bytes: int = DEFAULT_MAX_BYTES,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if keys.shard != shard:
+            raise ValueError(f"keys are for shard {keys.shard}, not {shard}")
+        if type(count) is not int or count < 1:
+            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+        if type(block_ms) is not int or block_ms < 1:
+            raise ValueError(
+                f"block_ms must be an integer >= 1 (0 blocks forever), got {block_ms!r}"
+            )
+        if client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("the Redis client must not decode responses: envelopes are bytes")
+        self.shard, self.resource, self.epoch, self.member_id = shard, resource, epoch, member_id
+        self._store, self._dispatcher = store, dispatcher
+        # A compact store that reads envelopes keeps each entry as it came: no encode, no copy.
+        self._keeps_envelopes = keeps_envelopes(store)
+        self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
+        self._backoff = backoff if backoff is not None else Backoff()
+
+        self._metrics = metrics
+        self._m = ShardMetrics(metrics, resource, shard)
+        self._stream = FencedStream(
+            client, keys, member_id=member_id, epoch=epoch, dead_letters=self._m.dead_letters
+        )
+        self._stop = threading.Event()
+        self._grace = 0.0
+        self._synced = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"shard-worker[{resource}:{shard}]", daemon=False
+        )
+        self._forwarder = _Forwarder(dispatcher, self._stop)
+        self._takeovers = Takeover(
+            self._stream, max_entry_bytes=max_entry_bytes, metrics=self._m, name=self.name
+        )
+        self._blocking = BlockingRead(client, keys.stream, block_ms=block_ms, stop=self._stop)
+
+        # Worker-thread state.
+        self._tracker: AckTracker | None = None  # None: a takeover is due
+        self._commit: Commit | None = None
+        self._last_id = "0-0"  # the last entry ID this consumer received
+        self._replay = False  # re-read our pending entries after _last_id before '>'
+        self._dead: dict[str, DeadLetter] = {}
+        self._unsent_acks: list[str] = []
+        self._next_lag_refresh = 0.0
+
+    # --- public API ------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The thread's name, ``shard-worker[<resource>:<shard>]``."""
+        return self._thread.name
+
+    @property
+    def alive(self) -> bool:
+        """The thread runs (started and not finished)."""
+        return self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The last failure, ``None`` once a later attempt succeeded (or if none happened)."""
+        return self._error
+
+    @property
+    def ownership_lost(self) -> bool:
+        """A fenced script found the lease held by someone else; the worker stopped."""
+        return isinstance(self._error, OwnershipLostError)
+
+    @property
+    def has_synced(self) -> bool:
+        """The initial list of this shard reached every handler (reference 5.2)."""
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """Block until :attr:`has_synced` (``True``), or ``timeout`` passes (``False``)."""
+        return self._synced.wait(timeout)
+
+    def start(self) -> None:
+        """Start the thread (takeover, then consumption)."""
+        self._thread.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop reading, give in-flight notifications up to ``grace`` seconds, acknowledge what
+        completed (fenced) and end the thread; returns once it ended. The caller releases the
+        lease afterwards, so the next owner starts at once."""
+        self._grace = max(0.0, grace)
+        self._shutdown()
+
+    def begin_stop(self, grace: float = 5.0) -> None:
+        """Start a :meth:`stop` without waiting for it: no handler call of this shard starts
+        from now on. For stopping several shards at once; :meth:`stop` then waits."""
+        self._grace = max(0.0, grace)
+        self._stop.set()
+        self._dispatcher.wake()
+
+    def lost(self) -> None:
+        """Ownership is gone (someone else may own the shard now): stop at once, acknowledge
+        nothing more, and end the thread; returns once it ended."""
+        self._stream.stop_acknowledging()
+        self._grace = 0.0
+        self._shutdown()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end (it ends on its own after losing the lease)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        self._dispatcher.wake()
+        if self._thread.ident is None or self._thread is threading.current_thread():
+            return
+        self._blocking.interrupt(self._thread)
+        self._thread.join()
+
+    # --- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self._backoff
+        try:
+            while not self._stop.is_set():
+                try:
+                    commit = self._commit
+                    if commit is not None and commit.barrier.done:
+                        self._commit_takeover(commit)  # a retry: the handlers are done already
+                    elif self._tracker is None:
+                        self._takeover()
+                    else:
+                        self._step()
+                except OwnershipLostError as lost:
+                    self._on_lost(lost)
+                    return
+                except DispatcherClosedError as err:
+                    self._error = err
+                    log.error("shard %s: the dispatcher was stopped; the worker ends", self.name)
+                    return
+                except redis.RedisError as err:
+                    self._failed(err, unexpected=False)
+                    self._stop.wait(backoff.next_delay())
+                except Exception as err:
+                    self._failed(err, unexpected=True)
+                    self._stop.wait(backoff.next_delay())
+                else:
+                    if self._error is not None:
+                        self._error = None
+                        backoff.reset()
+            self._finish()
+        except BaseException as err:  # recorded, never silent
+            self._error = err
+            log.exception("shard worker %s crashed", self.name)
+            raise
+        finally:
+            self._blocking.close()
+            self._metrics.forget_shard(self.resource, self.shard)
+
+    def _failed(self, err: Exception, *, unexpected: bool) -> None:
+        self._error = err
+        if unexpected:
+            log.exception("%s: unexpected failure; the shard will be taken over again", self.name)
+            self._tracker = None
+            self._commit = None
+            return
+        self._m.redis_errors.inc()
+        log.warning("%s: Redis call failed, retrying: %r", self.name, err)
+        if isinstance(err, ResponseError) and "NOGROUP" in str(err):
+            self._tracker = None  # the stream or group vanished: start over
+            self._commit = None
+
+    def _on_lost(self, lost: OwnershipLostError) -> None:
+        # The stop event first: it is what makes the handler threads skip this worker's queued
+        # notifications. The next owner may be calling handlers for the shard already, and the
+        # ownership thread (which would set it through stop()) may be busy for a while yet.
+        self._stop.set()
+        self._dispatcher.wake()
+        self._stream.stop_acknowledging()
+        self._error = lost
+        self._m.ownership_lost.inc()
+        log.warning("%s: ownership lost, stopping without acknowledging more: %s", self.name, lost)
+
+    def _finish(self) -> None:
+        """After a stop: wait for the handler calls already running, then ack what completed.
+
+        Notifications of this shard that no handler has started are skipped once the stop
+        event is set (see ``HandlerDispatcher.wait_quiet``): their entries stay unacknowledged
+        and the next owner re-delivers the shard through its takeover. Draining a backlog here
+        instead would keep the ownership thread from renewing the other shards' leases, and
+        the old owner's handlers would still run while the next owner's start.
+        """
+        if not self._dispatcher.wait_quiet(self._stop, self._grace):
+            log.warning(
+                "%s: a handler call outlived the %.1f s grace period", self.name, self._grace
+            )
+        if not self._stream.acknowledging:
+            return
+        try:
+            commit = self._commit
+            if commit is not None:
+                if commit.barrier.done:
+                    self._commit_takeover(commit)
+                return
+            tracker = self._tracker
+            if tracker is None:
+                return
+            self._flush_acks(tracker)
+            if tracker.outstanding:
+                log.info(
+                    "%s: %d entries not handled before the stop stay unacknowledged "
+                    "(the next owner delivers them)",
+                    self.name,
+                    tracker.outstanding,
+                )
+        except OwnershipLostError as lost:
+            self._on_lost(lost)
+        except redis.RedisError as err:
+            self._error = err
+            log.warning(
+                "%s: final acknowledgement failed (the next owner replays): %r", self.name, err
+            )
+
+    # --- takeover --------------------------------------------------------------------------------
+
+    def _takeover(self) -> None:
+        self._m.takeovers.inc()
+        self._tracker = None
+        self._commit = None
+        self._dead = {}
+        self._unsent_acks = []
+        self._replay = False
+        commit = self._takeovers.deliver(self._store, self._dispatcher, self._stop, self._on_synced)
+        if commit is None:
+            return
+        self._commit = commit
+        while not commit.barrier.wait(0.1):
+            if self._stop.is_set():
+                return  # _finish commits if the barrier completes within the grace period
+        self._commit_takeover(commit)
+        release_free_heap()  # the snapshot reply's buffers, freed between the cached entries
+
+    def _on_synced(self, _token: AckToken) -> None:
+        if not self._synced.is_set():
+            log.info("%s: initial list delivered to every handler (synced)", self.name)
+        self._synced.set()
+        self._m.synced.set(1)
+
+    def _commit_takeover(self, commit: Commit) -> None:
+        """Fenced: park the takeover's dead letters, move the group to ``L``, ack up to it."""
+        entries_read = "" if commit.entries_read is None else str(commit.entries_read)
+        self._stream.acknowledge(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
+        self._commit = None
+        self._tracker = AckTracker()
+        self._last_id = commit.last_id
+        self._replay = False
+
+    # --- consumption -----------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        tracker = self._tracker
+        assert tracker is not None
+        acks = self._unsent_acks + tracker.completed_prefix()
+        if self._dead and any(entry_id in self._dead for entry_id in acks):
+            self._unsent_acks = acks  # dead letters are parked by the acknowledging script
+            self._flush_acks(tracker)
+            acks = []
+        entries = self._read(acks)  # the read acknowledges ``acks`` first
+        if entries:
+            self._apply(tracker, entries)
+            self._m.store_size.set(len(self._store))
+            self._refresh_lag()
+            if len(entries) >= self._count:
+                return
+        elif self._replay:
+            self._replay = False  # our pending list is caught up: back to new entries
+            return
+        else:
+            self._m.lag_seconds.set(0)
+            self._refresh_lag()
+        self._wait_for_entries(tracker)
+
+    def _read(self, acks: list[str]) -> list[Any]:
+        """The next entries, after acknowledging ``acks`` in the same fenced script (kept in
+        ``_unsent_acks`` until Redis confirmed: XACK is idempotent, a retry resends them)."""
+        start = self._last_id if self._replay else ">"
+        self._unsent_acks = acks
+        try:
+            entries = self._stream.read(self._count, start, acks)
+        except redis.RedisError:
+            self._replay = True  # the read may have happened: replay our pending entries
+            raise
+        self._unsent_acks = []
+        return entries
+
+    def _apply(self, tracker: AckTracker, entries: Sequence[Any]) -> None:
+        """Apply a batch in stream order; returns early when stopping."""
+        applied: collections.Counter[DeltaType] = collections.Counter()
+        observed_at: list[float] = []
+        try:
+            self._apply_entries(tracker, entries, applied, observed_at)
+        finally:
+            for delta_type, number in applied.items():
+                self._m.applied[delta_type].inc(number)
+            if observed_at:
+                self._m.lag_seconds.set(max(0.0, time.time() - observed_at[-1]))
+
+    def _apply_entries(
+        self,
+        tracker: AckTracker,
+        entries: Sequence[Any],
+        applied: collections.Counter[DeltaType],
+        observed_at: list[float],
+    ) -> None:
+        store, forwarder, max_bytes, stop, keeps_envelopes = (
+            self._store,
+            self._forwarder,
+            self._max_bytes,
+            self._stop,
+            self._keeps_envelopes,
+        )
+        forwarder.pending.clear()  # left over only by a batch that failed half-way
+        # Each entry's own hold is released once its notifications are queued (after the
+        # batch): a token must not complete before every handler holds it.
+        queued: list[AckToken] = []
+        for raw_id, fields in entries:
+            if stop.is_set():
+                return  # stopping: nothing of this batch is delivered, its entries stay pending
+            entry_id = as_text(raw_id)
+            self._last_id = entry_id
+            try:
+                if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
+                    packed = fields[1]  # the usual layout
+                    envelope = decode_envelope(packed, max_bytes)
+                else:
+                    envelope = envelope_from_fields(as_mapping(fields), max_bytes)
+                    packed = payload_of(fields)
+            except WireDecodeError as err:
+                self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
+                continue
+            token = tracker.register(entry_id)
+            forwarder.token = token
+            queued.append(token)
+            try:
+                process_deltas(
+                    forwarder,
+                    store,
+                    (envelope.to_delta(),),
+                    False,
+                    envelope.key,
+                    packed=packed if keeps_envelopes else None,
+                )
+            except Exception as err:  # the store refused it (an index function failed)
+                reason = f"apply: {type(err).__name__}: {err}"
+                log.warning(
+                    "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
+                )
+                self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
+                continue
+            applied[envelope.type] += 1
+            observed_at.append(envelope.observed_at)
+        if not forwarder.flush():
+            return  # stopping: the tokens never complete, the entries stay pending
+        for token in queued:
+            token.release()
+
+    def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
+        """Dead-letter an entry: it is parked and acknowledged in order, with the others."""
+        log.warning("%s: entry %s is poison, parking it: %s", self.name, entry_id, reason)
+        self._dead[entry_id] = DeadLetter.of(entry_id, reason, raw)
+        tracker.register(entry_id).release()
+
+    def _flush_acks(self, tracker: AckTracker) -> None:
+        ids = self._unsent_acks + tracker.completed_prefix()
+        if not ids:
+            return
+        dead = [self._dead[i] for i in ids if i in self._dead] if self._dead else []
+        self._unsent_acks = ids
+        self._stream.acknowledge(dead, ids)
+        self._unsent_acks = []
+        for entry_id in ids:
+            self._dead.pop(entry_id, None)
+
+    def _refresh_lag(self) -> None:
+        now = time.monotonic()
+        if now < self._next_lag_refresh:
+            return
+        self._next_lag_refresh = now + _LAG_REFRESH
+        lag = self._stream.lag()
+        if lag is not None:
+            self._m.lag_entries.set(lag)
+
+    def _wait_for_entries(self, tracker: AckTracker) -> None:
+        """Block until the stream has entries after ours (or a short while when handlers
+        still hold entries, so their acknowledgements go out promptly)."""
+        block_ms = self._block_ms
+        if tracker.outstanding:
+            block_ms = min(block_ms, _ACK_POLL_MS)
+        self._blocking.wait(self._last_id, block_ms)

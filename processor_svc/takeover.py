@@ -1,0 +1,330 @@
+"""A new owner's takeover of a shard: the snapshot, the initial list, the commit.
+
+``docs/architecture.md`` ("Processing") is the specification. The shard worker runs a takeover
+first, and again after an unexpected failure:
+
+1. ``XGROUP CREATE <stream> processors 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
+2. One ``MULTI``: the shard lease (the takeover is fenced too: a worker whose lease moved on
+   delivers no initial list), ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id``
+   is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable),
+   ``XINFO GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the
+   stream in one script, so the snapshot is exactly the state after ``L``.
+   ``last-generated-id`` rather than the last entry's ID: it is the same unless the newest
+   entry was deleted, and then it is the right one.
+3. Decode every snapshot envelope (a corrupt one is dead-lettered and skipped) and
+   ``store.replace`` them.
+4. Read the unacknowledged entries up to ``L`` (the pending ones, then those after the group's
+   last-delivered ID) and collect, per key absent from the snapshot, its last deletion there.
+5. Deliver ``on_delete`` for those (a tombstone as ``DeletedFinalStateUnknown``), then
+   ``on_add(obj, True)`` for every snapshot object, then a barrier: ``has_synced`` becomes true
+   when every handler has processed the initial list (reference 5.2).
+6. Once the barrier completed, one fenced script parks the dead letters, moves the group to
+   ``L`` (``XGROUP SETID ... ENTRIESREAD``) and acknowledges every pending entry up to ``L``.
+   Waiting for the handlers first is what keeps "never acknowledged before every handler
+   returned": a crash before this point leaves the range unacknowledged for the next owner.
+
+:class:`Takeover` does steps 1 to 5 and hands back the :class:`Commit` of step 6, which the
+worker runs (:meth:`~processor_svc.fenced_stream.FencedStream.acknowledge` with ``setid``)
+once the barrier completed, and retries after a failed call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from redis.exceptions import ResponseError
+
+from common.deltas import DeltaType
+from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER, PROCESSOR_GROUP
+from common.store import IndexFuncError
+from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
+from processor_svc.ack_tracker import AckToken
+from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
+from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
+from processor_svc.metrics import ShardMetrics
+from processor_svc.shard_store import ShardStore, keeps_envelopes
+
+__all__ = ["Commit", "InitialListSink", "ShardView", "Takeover"]
+
+log = logging.getLogger(__name__)
+
+_RANGE_CHUNK: Final = 1000
+_INITIAL_LIST_CHUNK: Final = 64
+"""Initial-list notifications handed to the dispatcher at once during a takeover."""
+
+
+class InitialListSink(Protocol):
+    """Where a takeover sends the initial list: the handlers, behind their buffers.
+
+    Both calls block while a buffer is full and return ``False`` once ``cancel`` is set while
+    waiting (the shard stopped: what was not queued never will be)."""
+
+    def deliver_all(
+        self,
+        notifications: Sequence[tuple[Notification, AckToken | None]],
+        *,
+        cancel: threading.Event | None = None,
+    ) -> bool: ...
+
+    def barrier(self, ack: AckToken, *, cancel: threading.Event | None = None) -> bool: ...
+
+
+@dataclass(slots=True)
+class Commit:
+    """A takeover delivered to the handlers but not yet committed to the group."""
+
+    last_id: str
+    entries_read: int | None
+    dead: list[DeadLetter]
+    barrier: AckToken
+
+
+@dataclass(frozen=True, slots=True)
+class ShardView:
+    """What a takeover reads in one ``MULTI``: the snapshot and where the group stands."""
+
+    objects: Mapping[bytes, bytes]
+    last_id: str
+    """``L``: the stream's last generated ID; the snapshot is the state after it."""
+    entries_added: int | None
+    delivered: str
+    """The group's last-delivered ID."""
+    entries_read: int | None
+    """The group's count of entries up to ``delivered`` (``None`` when Redis lost track).
+    Can be stale after Redis reloads its AOF: before 7.4 (redis/redis#12898) ``XREADGROUP``
+    is written there as ``XCLAIM ... LASTID``, which moves ``delivered`` but keeps the count
+    the last ``XGROUP SETID ... ENTRIESREAD`` set (our takeover's commit)."""
+    pending: int
+    length: int
+    first_id: str | None
+    """The first entry still in the stream (``None`` when it is empty)."""
+    max_deleted: str
+    """The highest ID ``XDEL`` removed (``"0-0"``: none, or Redis does not say)."""
+
+
+class Takeover:
+    """Steps 1 to 5 of taking a shard over (module docstring), for one worker.
+
+    Reads through ``fence``'s client and keys, and fences the lease read with the snapshot like
+    its scripts; ``name`` prefixes the log lines (the worker's thread name).
+    """
+
+    def __init__(
+        self, fence: FencedStream, *, max_entry_bytes: int, metrics: ShardMetrics, name: str
+    ) -> None:
+        self._fence, self._client, self._keys = fence, fence.client, fence.keys
+        self._max_bytes = max_entry_bytes
+        self._m = metrics
+        self.name = name
+
+    def deliver(
+        self,
+        store: ShardStore,
+        sink: InitialListSink,
+        cancel: threading.Event,
+        on_synced: Callable[[AckToken], None],
+    ) -> Commit | None:
+        """Load the snapshot into ``store`` and deliver the initial list to ``sink``, then a
+        barrier whose token calls ``on_synced`` once every handler processed it. Returns the
+        commit to run after that, or ``None`` when ``cancel`` was set on the way."""
+        view = self._read_shard()
+        dead: list[DeadLetter] = []
+        loaded = self._load_snapshot(store, view.objects, dead)
+        deletions = self._unacked_deletions(view, set(loaded), dead)
+        view = dataclasses.replace(view, objects={})  # the raw snapshot is in the store now
+        log.info(
+            "%s: taking over at %s: %d objects, %d deletions from unacknowledged entries",
+            self.name,
+            view.last_id,
+            len(loaded),
+            len(deletions),
+        )
+        self._m.store_size.set(len(store))
+        initial: list[tuple[Notification, AckToken | None]] = [
+            (DeleteNotification(envelope.to_delta().obj), None) for envelope in deletions
+        ]
+        if not sink.deliver_all(initial, cancel=cancel):
+            return None
+        del initial
+        # The initial list is read back from the store a chunk at a time, so a compact store
+        # never has every object decoded at once: the handler buffers bound what is.
+        for start in range(0, len(loaded), _INITIAL_LIST_CHUNK):
+            chunk = [
+                (AddNotification(obj, True), None)
+                for key in loaded[start : start + _INITIAL_LIST_CHUNK]
+                if (obj := store.get_by_key(key)) is not None
+            ]
+            if not sink.deliver_all(chunk, cancel=cancel):
+                return None
+        barrier = AckToken(f"takeover@{view.last_id}", on_done=on_synced)
+        if not sink.barrier(barrier, cancel=cancel):
+            return None
+        barrier.release()
+        return Commit(view.last_id, view.entries_added, dead, barrier)
+
+    def _read_shard(self) -> ShardView:
+        """Create the group if needed, then read the snapshot and the group's state at once."""
+        keys, client = self._keys, self._client
+        try:
+            client.xgroup_create(keys.stream, PROCESSOR_GROUP, id="0", mkstream=True)
+        except ResponseError as err:
+            if "BUSYGROUP" not in str(err):
+                raise
+        pipe = client.pipeline(transaction=True)
+        pipe.hmget(keys.lease, LEASE_HOLDER, LEASE_EPOCH)
+        pipe.hgetall(keys.objects)
+        pipe.xinfo_stream(keys.stream)
+        pipe.xinfo_groups(keys.stream)
+        pipe.xpending(keys.stream, PROCESSOR_GROUP)
+        (holder, epoch), objects, info, groups, pending = pipe.execute()
+        # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
+        self._fence.check_lease(holder, epoch)
+        # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
+        # list): normalised so that both kinds of client read alike.
+        info = {as_text(name): value for name, value in info.items()}
+        groups = [{as_text(name): value for name, value in g.items()} for g in groups]
+        pending_count = pending[0] if isinstance(pending, list) else pending["pending"]
+        group = next(g for g in groups if as_text(g["name"]) == PROCESSOR_GROUP)
+        delivered = as_text(group["last-delivered-id"])
+        entries_read = group.get("entries-read")
+        if delivered == "0-0":
+            entries_read = 0  # nothing delivered yet, whatever Redis reports
+        first = info.get("first-entry")  # (ID, fields); [ID, fields] from a Cluster transaction
+        return ShardView(
+            objects=objects,
+            last_id=as_text(info["last-generated-id"]),
+            entries_added=_int_or_none(info.get("entries-added")),
+            delivered=delivered,
+            entries_read=_int_or_none(entries_read),
+            pending=int(pending_count),
+            length=int(info["length"]),
+            first_id=None if first is None else as_text(first[0]),
+            max_deleted=as_text(info.get("max-deleted-entry-id") or b"0-0"),
+        )
+
+    def _load_snapshot(
+        self, store: ShardStore, objects: Mapping[bytes, bytes], dead: list[DeadLetter]
+    ) -> list[str]:
+        """Load the ``objects`` hash into the emptied store, one object at a time, each with the
+        envelope it came in (a compact store keeps that, nothing else); corrupt envelopes and
+        objects the store refuses become dead letters. Returns the keys loaded, in order."""
+        keep_packed = keeps_envelopes(store)
+        store.replace((), "")
+        loaded: list[str] = []
+        for field, value in objects.items():
+            key = field.decode(errors="replace")
+            try:
+                envelope = decode_envelope(value, self._max_bytes)
+                if envelope.key != key:
+                    raise WireDecodeError(f"envelope is for key {envelope.key!r}")
+                if envelope.type is DeltaType.DELETED or envelope.obj is None:
+                    raise WireDecodeError("the known state of a key cannot be a deletion")
+                store.update(envelope.obj, key, value if keep_packed else None)
+            except WireDecodeError as err:
+                dead.append(DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
+                continue
+            except IndexFuncError as err:
+                dead.append(DeadLetter.of(f"objects:{key}", f"snapshot: {err}", None))
+                continue
+            loaded.append(key)
+        return loaded
+
+    def _pending_ids(self, view: ShardView) -> set[str]:
+        """The IDs in the group's pending list up to ``L`` (previous owners' in-flight)."""
+        ids: set[str] = set()
+        cursor = "-"
+        while view.pending:
+            rows: list[dict[str, Any]] = self._client.xpending_range(
+                self._keys.stream, PROCESSOR_GROUP, min=cursor, max=view.last_id, count=_RANGE_CHUNK
+            )
+            ids.update(as_text(row["message_id"]) for row in rows)
+            if len(rows) < _RANGE_CHUNK:
+                break
+            cursor = "(" + as_text(rows[-1]["message_id"])
+        return ids
+
+    def _unacked_deletions(
+        self, view: ShardView, snapshot_keys: set[str], dead: list[DeadLetter]
+    ) -> list[DeltaEnvelope]:
+        """The last deletion of every key absent from the snapshot among the entries the group
+        has not acknowledged up to ``L``; undecodable ones there become dead letters."""
+        pending_ids = self._pending_ids(view)
+        delivered = id_tuple(view.delivered)
+        deletions: dict[str, DeltaEnvelope] = {}
+        found_pending = found_undelivered = 0
+        if pending_ids:
+            cursor = min(pending_ids, key=id_tuple)
+        else:
+            cursor = "-" if view.delivered == "0-0" else "(" + view.delivered
+        while view.last_id != "0-0":
+            rows: Any = self._client.xrange(
+                self._keys.stream, min=cursor, max=view.last_id, count=_RANGE_CHUNK
+            )
+            for raw_id, fields in rows:
+                entry_id = as_text(raw_id)
+                if id_tuple(entry_id) <= delivered:
+                    if entry_id not in pending_ids:
+                        continue  # acknowledged already, by an earlier owner
+                    found_pending += 1
+                else:
+                    found_undelivered += 1
+                try:
+                    envelope = envelope_from_fields(fields, self._max_bytes)
+                except WireDecodeError as err:
+                    dead.append(DeadLetter.of(entry_id, str(err), raw_of(fields)))
+                    continue
+                if envelope.type is DeltaType.DELETED and envelope.key not in snapshot_keys:
+                    deletions.pop(envelope.key, None)  # re-inserted: ordered by last deletion
+                    deletions[envelope.key] = envelope
+            if len(rows) < _RANGE_CHUNK:
+                break
+            cursor = "(" + as_text(rows[-1][0])
+        self._report_gap(view, len(pending_ids) - found_pending, found_undelivered)
+        return list(deletions.values())
+
+    def _report_gap(self, view: ShardView, trimmed_pending: int, undelivered: int) -> None:
+        """Log and count unacknowledged entries that retention removed before we could read
+        them: pending IDs without an entry, and undelivered ones (:func:`_trimmed_undelivered`)."""
+        trimmed_undelivered = _trimmed_undelivered(view, undelivered)
+        if not (trimmed_pending or trimmed_undelivered):
+            return
+        self._m.takeover_gaps.inc()
+        log.warning(
+            "%s: retention trimmed %d pending and %d undelivered entries before this takeover; "
+            "deletions among them cannot be delivered",
+            self.name,
+            trimmed_pending,
+            trimmed_undelivered,
+        )
+
+
+def _trimmed_undelivered(view: ShardView, undelivered: int) -> int:
+    """How many entries after the group's position are gone, ``undelivered`` being those left.
+
+    Redis's own evidence first, as it survives an AOF reload that leaves ``entries-read``
+    stale: trimming only ever removes the oldest entries, so none after the position went when
+    nothing ever went, when there is nothing after it, or when an entry at or before it is still
+    there and ``XDEL`` removed none after it. Otherwise trimming reached the position, maybe
+    past it, and only the counters can tell (``entries-added - entries-read``, when Redis knows
+    both), at most as many as the stream ever lost: a stale ``entries-read`` then overstates
+    the number, or reports entries up to the position as undelivered, but never hides a gap.
+    """
+    delivered = id_tuple(view.delivered)
+    if view.delivered == view.last_id or view.entries_added == view.length:
+        return 0
+    head_kept = view.first_id is not None and id_tuple(view.first_id) <= delivered
+    if head_kept and id_tuple(view.max_deleted) <= delivered:
+        return 0
+    if view.entries_added is None or view.entries_read is None:
+        return 0
+    lost = view.entries_added - view.length
+    return max(0, min(lost, view.entries_added - view.entries_read - undelivered))
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
