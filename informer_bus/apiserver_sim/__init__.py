@@ -24,9 +24,10 @@ from informer_bus.apiserver_sim.resources import (
     ResourceType,
     find_resource,
 )
+from informer_bus.apiserver_sim.revision import StoredObject
 from informer_bus.apiserver_sim.settings import SettingsError, SimulatorSettings
 from informer_bus.apiserver_sim.simulator import ChurnHandle, Simulator
-from informer_bus.apiserver_sim.state import ClusterState, StoredObject
+from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import ApiError
 
 __all__ = [

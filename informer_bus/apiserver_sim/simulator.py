@@ -26,9 +26,10 @@ from informer_bus.apiserver_sim.resources import (
     ResourceType,
     find_resource,
 )
+from informer_bus.apiserver_sim.revision import StoredObject
 from informer_bus.apiserver_sim.server import HttpFront
 from informer_bus.apiserver_sim.settings import SimulatorSettings
-from informer_bus.apiserver_sim.state import ClusterState, StoredObject
+from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import ApiError, bad_request
 from informer_bus.lifecycle import StartStop
 

@@ -1,11 +1,9 @@
-"""The simulated etcd + watch cache: objects, one global resourceVersion counter, a bounded
-event history, per-key revisions for consistent snapshots, and watcher cursors.
+"""The simulated etcd + watch cache: one global resourceVersion counter, the objects of every
+type (:class:`~informer_bus.apiserver_sim.collection.Collection`), a bounded event log, the
+mutations that write it, and watcher cursors on it.
 
-Every stored revision keeps its serialised JSON (``raw``) next to the few fields selectors need,
-so LIST pages and watch events are built by concatenating bytes, never re-encoding. ``raw`` is
-laid out like the apiserver's output (``kind``, ``apiVersion``, ``metadata``, then the rest) and
-the revision remembers where ``metadata`` sits in it, so a metadata-only change (the churn
-generator's updates, a delete's final state) decodes and re-encodes ~1 KB, not the whole object.
+Every revision (:class:`~informer_bus.apiserver_sim.revision.StoredObject`) keeps its
+serialised JSON, so LIST pages and watch events are built by concatenating bytes.
 One lock guards everything; a condition on it wakes watchers when the log grows or a fault fires.
 
 History works like etcd compaction: events are dropped from the head of the log by count and
@@ -20,87 +18,26 @@ import bisect
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from common.keys import meta_namespace_key
+from informer_bus.apiserver_sim.collection import Collection
 from informer_bus.apiserver_sim.resources import RESOURCES, ResourceType
+from informer_bus.apiserver_sim.revision import (
+    KEEP,
+    Event,
+    StoredObject,
+    encode_revision,
+    rv_of,
+    splice_revision,
+)
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
 from informer_bus.apiserver_sim.status import already_exists, expired, not_found
 
-__all__ = [
-    "ClusterState",
-    "Event",
-    "ListPage",
-    "StoredObject",
-    "Subscription",
-    "encode_object",
-]
-
-
-@dataclass(slots=True, eq=False)
-class StoredObject:
-    """One revision of one object: its bytes plus what selectors and keys need, and the watch
-    event that wrote it (the log and the per-key revision lists share these objects, so a
-    change costs one tracked object). A ``DELETED`` revision is a tombstone carrying the
-    object's final state; ``silent`` revisions are history for snapshots but never sent.
-
-    Treat it as immutable: only the store clears ``prev`` when the revision leaves the log.
-    """
-
-    key: str
-    namespace: str
-    name: str
-    uid: str
-    rv: int
-    raw: bytes
-    labels: Mapping[str, str]
-    fields: Mapping[str, str]
-    meta_start: int
-    """``raw[meta_start:meta_end]`` is the serialised ``metadata`` (``meta_end`` 0: unknown)."""
-    meta_end: int
-    status_start: int
-    """``raw[status_start:-1]`` is the serialised ``status`` (0: none or unknown)."""
-    resource: ResourceType
-    type: str
-    """``ADDED``, ``MODIFIED`` or ``DELETED``: the watch event type of this revision."""
-    ts: float
-    """When it was written (the store's clock; compaction by age reads it)."""
-    prev: StoredObject | None = None
-    """The revision this one replaced, while this one is in the event log (then ``None``)."""
-    silent: bool = False
-
-    def decode(self) -> dict[str, Any]:
-        """A fresh dict (callers may mutate it)."""
-        result: dict[str, Any] = orjson.loads(self.raw)
-        return result
-
-    def decode_metadata(self) -> dict[str, Any]:
-        """A fresh dict of ``metadata`` alone (decodes only its bytes)."""
-        if self.meta_end:
-            result: dict[str, Any] = orjson.loads(self.raw[self.meta_start : self.meta_end])
-            return result
-        meta: dict[str, Any] = self.decode()["metadata"]
-        return meta
-
-    def decode_status(self) -> Any:
-        """A fresh copy of ``status`` alone (``None`` without one)."""
-        if self.status_start:
-            return orjson.loads(self.raw[self.status_start : -1])
-        return self.decode().get("status") if not self.meta_end else None
-
-    def matches(self, labels: LabelSelector, fields: FieldSelector) -> bool:
-        return (labels.empty or labels.matches(self.labels)) and (
-            fields.empty or fields.matches(self.fields)
-        )
-
-
-Event = StoredObject
-"""An entry of the event log is the revision it wrote."""
+__all__ = ["ClusterState", "ListPage", "Subscription"]
 
 
 @dataclass(slots=True)
@@ -109,67 +46,6 @@ class ListPage:
     items: list[StoredObject]
     more: bool
     remaining: int | None
-
-
-def _rv_of(revision: StoredObject) -> int:
-    return revision.rv
-
-
-@dataclass
-class _Collection:
-    resource: ResourceType
-    current: dict[str, StoredObject] = field(default_factory=dict)
-    revisions: dict[str, list[StoredObject]] = field(default_factory=dict)
-    """Per key, ascending: every revision newer than the compaction point plus the one in
-    force at it (a ``DELETED`` tombstone ends an incarnation)."""
-    keys: list[str] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def at(self, key: str, rv: int) -> StoredObject | None:
-        revs = self.revisions.get(key)
-        if not revs:
-            return None
-        found = revs[-1]
-        if found.rv > rv:
-            i = bisect.bisect_right(revs, rv, key=_rv_of)
-            if not i:
-                return None
-            found = revs[i - 1]
-        return None if found.type == "DELETED" else found
-
-    def record(self, revision: StoredObject) -> None:
-        revs = self.revisions.get(revision.key)
-        if revs is None:
-            self.revisions[revision.key] = [revision]
-            bisect.insort(self.keys, revision.key)
-        else:
-            revs.append(revision)
-
-    def trim(self, key: str, rv: int) -> None:
-        """The revision written at ``rv`` is now at or before the compaction point."""
-        revs = self.revisions.get(key)
-        if revs is None:
-            return
-        if revs[0].rv < rv:  # short lists, mostly one stale entry: scan, don't bisect
-            i, n = 1, len(revs)
-            while i < n and revs[i].rv < rv:
-                i += 1
-            del revs[:i]
-        if revs and revs[0].rv <= rv and revs[0].type == "DELETED":
-            del revs[0]
-        if not revs:
-            del self.revisions[key]
-            j = bisect.bisect_left(self.keys, key)
-            if j < len(self.keys) and self.keys[j] == key:
-                del self.keys[j]
-
-    def count(self, namespace: str | None) -> int:
-        if namespace is None:
-            return len(self.current)
-        return self.counts.get(namespace, 0)
-
-    def adjust(self, namespace: str, delta: int) -> None:
-        self.counts[namespace] = self.counts.get(namespace, 0) + delta
 
 
 class ClusterState:
@@ -194,7 +70,7 @@ class ClusterState:
         self._log_offset = 0  # seq of _log[0]
         self._head_seq = 0  # first live (uncompacted) seq
         self._next_seq = 0
-        self._collections = {r: _Collection(r) for r in resources}
+        self._collections = {r: Collection(r) for r in resources}
         self._watch_generation = 0
         self._closed = False
         self._subscriptions: set[Subscription] = set()
@@ -310,7 +186,7 @@ class ClusterState:
                 remaining = max(0, total - returned_before - len(items))
             return ListPage(rv, items, more, remaining)
 
-    def _count_at(self, coll: _Collection, namespace: str | None, rv: int) -> int:
+    def _count_at(self, coll: Collection, namespace: str | None, rv: int) -> int:
         total = coll.count(namespace)
         for event in self._events_after(rv):
             if event.resource is not coll.resource:
@@ -326,7 +202,7 @@ class ClusterState:
     def _seq_after(self, rv: int) -> int:
         """The seq of the first live event with ``event.rv > rv``."""
         lo = self._head_seq - self._log_offset
-        i = bisect.bisect_right(self._log, rv, lo=lo, key=_rv_of)
+        i = bisect.bisect_right(self._log, rv, lo=lo, key=rv_of)
         return i + self._log_offset
 
     def _events_after(self, rv: int) -> Iterator[StoredObject]:
@@ -347,14 +223,9 @@ class ClusterState:
     ) -> StoredObject:
         """Encode ``obj`` as the next revision (the caller has not bumped ``_rv`` yet)."""
         rv = self._rv + 1
-        metadata = obj["metadata"]
-        metadata["resourceVersion"] = str(rv)
-        raw, layout = encode_object(obj)
-        stored = StoredObject(
-            key, metadata.get("namespace") or "", metadata["name"], metadata.get("uid") or "",
-            rv, raw, _labels_of(metadata), resource.field_values(obj), *layout, resource,
-            type_, self._clock(), prev, silent,
-        )  # fmt: skip
+        stored = encode_revision(
+            resource, key, obj, type_, rv=rv, ts=self._clock(), prev=prev, silent=silent
+        )
         self._rv = rv
         return stored
 
@@ -367,45 +238,15 @@ class ClusterState:
         silent: bool,
     ) -> StoredObject:
         """The next revision: ``old`` with new ``metadata`` (and ``status`` unless it is
-        ``_KEEP``) spliced into its bytes; identity and the other members are shared."""
-        if (
-            metadata.get("name") != old.name
-            or (metadata.get("namespace") or "") != old.namespace
-            or (metadata.get("uid") or "") != old.uid
-        ):
-            raise ValueError("an in-place update cannot rename, move or re-identify an object")
+        ``KEEP``) spliced into its bytes; identity and the other members are shared."""
         rv = self._rv + 1
-        metadata["resourceVersion"] = str(rv)
-        fields = old.fields
-        if status is not _KEEP:
-            fields = old.resource.refresh_fields(fields, "status", status)
-        if not old.meta_end or (status is not _KEEP and not old.status_start):
-            obj = old.decode()  # no layout to splice into: re-encode once, whole
-            obj["metadata"] = metadata
-            if status is not _KEEP:
-                obj["status"] = status
-            raw, layout = encode_object(obj)
-        else:
-            meta_raw = orjson.dumps(metadata)
-            start, end, status_start = old.meta_start, old.meta_end, old.status_start
-            view = memoryview(old.raw)
-            shift = len(meta_raw) - (end - start)
-            if status is _KEEP:
-                raw = b"".join((view[:start], meta_raw, view[end:]))
-            else:
-                raw = b"".join(
-                    (view[:start], meta_raw, view[end:status_start], orjson.dumps(status), b"}")
-                )
-            layout = (start, start + len(meta_raw), status_start + shift if status_start else 0)
-        labels = old.labels if metadata.get("labels") == old.labels else _labels_of(metadata)
-        stored = StoredObject(
-            old.key, old.namespace, old.name, old.uid, rv, raw, labels, fields,
-            *layout, old.resource, type_, self._clock(), old, silent,
-        )  # fmt: skip
+        stored = splice_revision(
+            old, metadata, status, type_, rv=rv, ts=self._clock(), silent=silent
+        )
         self._rv = rv
         return stored
 
-    def _append(self, coll: _Collection, stored: StoredObject) -> None:
+    def _append(self, coll: Collection, stored: StoredObject) -> None:
         """Make ``stored`` history: its key's newest revision and the log's newest event."""
         coll.record(stored)
         self._log.append(stored)
@@ -510,7 +351,7 @@ class ClusterState:
                 raise _not_found(resource, key)
             meta = old.decode_metadata()
             metadata(meta)
-            new_status: Any = _KEEP
+            new_status: Any = KEEP
             if status is not None:
                 decoded = old.decode_status()
                 if isinstance(decoded, dict):
@@ -542,7 +383,7 @@ class ClusterState:
             metadata = old.decode_metadata()
             if check is not None:
                 check(metadata)
-            stored = self._restore(old, metadata, _KEEP, "DELETED", silent)
+            stored = self._restore(old, metadata, KEEP, "DELETED", silent)
             del coll.current[key]
             coll.adjust(old.namespace, -1)
             self._append(coll, stored)
@@ -712,51 +553,6 @@ class Subscription:
 
     def close(self) -> None:
         self._state._unsubscribe(self)
-
-
-_LAYOUT_KEYS = frozenset(("kind", "apiVersion", "metadata", "status"))
-_KEEP: Any = object()  # "leave this member as it is" for ClusterState._restore
-_heads: dict[tuple[Any, Any], bytes] = {}
-
-
-def _head(kind: Any, api_version: Any) -> bytes:
-    head = _heads.get((kind, api_version))
-    if head is None:
-        parts = [b"{"]
-        if kind is not None:
-            parts.append(b'"kind":' + orjson.dumps(kind) + b",")
-        if api_version is not None:
-            parts.append(b'"apiVersion":' + orjson.dumps(api_version) + b",")
-        parts.append(b'"metadata":')
-        head = b"".join(parts)
-        if len(_heads) < 256:
-            _heads[(kind, api_version)] = head
-    return head
-
-
-def encode_object(obj: Mapping[str, Any]) -> tuple[bytes, tuple[int, int, int]]:
-    """``obj`` as JSON laid out like the apiserver's output (``kind``, ``apiVersion``,
-    ``metadata``, the other members in their order, ``status`` last) and that layout:
-    ``(meta_start, meta_end, status_start)`` (see :class:`StoredObject`)."""
-    head = _head(obj.get("kind"), obj.get("apiVersion"))
-    meta_raw = orjson.dumps(obj["metadata"])
-    parts = [head, meta_raw]
-    rest = orjson.dumps({k: v for k, v in obj.items() if k not in _LAYOUT_KEYS})
-    if len(rest) > 2:
-        parts += (b",", rest[1:-1])
-    status_start = 0
-    if "status" in obj:
-        parts.append(b',"status":')
-        status_start = sum(map(len, parts))
-        parts.append(orjson.dumps(obj["status"]))
-    parts.append(b"}")
-    start = len(head)
-    return b"".join(parts), (start, start + len(meta_raw), status_start)
-
-
-def _labels_of(metadata: Mapping[str, Any]) -> dict[str, str]:
-    labels = metadata.get("labels")
-    return dict(labels) if isinstance(labels, dict) else {}
 
 
 def _not_found(resource: ResourceType, key: str) -> Exception:

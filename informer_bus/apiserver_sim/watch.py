@@ -8,8 +8,8 @@ Lines are assembled from pre-serialised object bytes: ``{"type":T,"object":<raw>
 from __future__ import annotations
 
 from informer_bus.apiserver_sim.resources import ResourceType
+from informer_bus.apiserver_sim.revision import Event, StoredObject, encode_object
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
-from informer_bus.apiserver_sim.state import Event, StoredObject, encode_object
 from informer_bus.apiserver_sim.status import ApiError
 
 __all__ = ["INITIAL_EVENTS_END", "WatchEncoder", "error_line"]

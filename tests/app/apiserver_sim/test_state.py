@@ -12,8 +12,8 @@ import pytest
 from informer_bus.apiserver_sim import CONFIGMAPS, NAMESPACES, PODS, ClusterState
 from informer_bus.apiserver_sim.fixtures import make_object
 from informer_bus.apiserver_sim.load import churn, populate
+from informer_bus.apiserver_sim.revision import encode_object
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
-from informer_bus.apiserver_sim.state import encode_object
 
 NO_LABELS = LabelSelector.parse(None)
 
