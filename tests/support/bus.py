@@ -24,10 +24,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -538,3 +539,19 @@ class ProcessorProcess(ServiceProcess):
     def owned_shards(self, bus: Bus) -> list[int]:
         """The shards whose ownership lease this process holds now."""
         return [shard for shard, holder in bus.shard_holders().items() if self.holds(holder)]
+
+
+P = TypeVar("P", bound=ServiceProcess)
+
+
+@contextmanager
+def closing_with_logs(started: list[P]) -> Iterator[list[P]]:
+    """Yield ``started``; afterwards close every process in it, then print each one's log (so
+    a failing test shows what every child said, after all of them are gone)."""
+    try:
+        yield started
+    finally:
+        for process in started:
+            process.close()
+        for process in started:
+            print(f"----- {process.log_path.name} -----\n{process.log()}")

@@ -28,7 +28,7 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, closing_with_logs
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
@@ -92,13 +92,8 @@ def services(
         started.append(process)
         return process.start()
 
-    try:
+    with closing_with_logs(started):
         yield start
-    finally:
-        for process in started:
-            process.close()
-        for process in started:
-            print(f"----- {process.log_path.name} -----\n{process.log()}")
 
 
 def test_pipeline_on_a_cluster_under_churn_with_a_kill(

@@ -31,7 +31,7 @@ from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
-from tests.support.bus import Bus, Entry, ProcessorProcess
+from tests.support.bus import Bus, Entry, ProcessorProcess, closing_with_logs
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
@@ -114,13 +114,8 @@ def spawn(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., P
         started.append(process)
         return process.start()
 
-    try:
+    with closing_with_logs(started):
         yield start
-    finally:
-        for process in started:
-            process.close()
-        for process in started:
-            print(f"----- {process.log_path.name} -----\n{process.log()}")
 
 
 # --- the recorded handler calls ----------------------------------------------------------------

@@ -25,6 +25,7 @@ from tests.support.bus import (
     Bus,
     ReflectorProcess,
     as_history,
+    closing_with_logs,
     duplicate_problems,
     history_problems,
     known_state_problems,
@@ -118,13 +119,8 @@ def spawn(
         started.append(process)
         return process.start()
 
-    try:
+    with closing_with_logs(started):
         yield start
-    finally:
-        for process in started:
-            process.close()
-        for process in started:
-            print(f"----- {process.log_path.name} -----\n{process.log()}")
 
 
 @pytest.fixture
