@@ -5,13 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core clean redis-server help demo chaos soak soak-short
+.PHONY: test install lint typecheck layers unit bench bench-core bench-groups clean redis-server help demo chaos soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
 	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
 	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
+	@echo "make bench-groups - processor groups with views beside an unfiltered one (~2 min; GROUPS_ARGS=--quick)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
 	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
 	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"
@@ -68,6 +69,12 @@ bench: install
 
 bench-core: install
 	$(BIN)/python bench/core.py
+
+# Issue 14: a 10 % view's CPU per entry and a metadata projection's cache per pod, each over an
+# unfiltered group's in the same run (bench/group_views.py; docs/performance.md has the table).
+# More flags: make bench-groups GROUPS_ARGS='--pods 50000 --updates 50000 --json'.
+bench-groups: install
+	$(BIN)/python bench/group_views.py $(GROUPS_ARGS)
 
 # Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang) from bench/chaos; the short
 # ones run in `make test` (tests/pipeline/test_chaos_*.py). Exits 1 when a promise broke.

@@ -15,7 +15,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import orjson
@@ -31,7 +31,8 @@ IO_BOUND = "bench_handlers:IoBound"
 
 class ProcessorChild(ServiceChild):
     """``python -m processor_svc`` with a bench handler; its "started ... probes on URL" line
-    gives the URL of /readyz and the moment imports were done."""
+    gives the URL of /readyz and the moment imports were done. ``flags`` are more processor
+    flags (``group``, a view's), added to the bench's own or replacing them."""
 
     label = "processor"
 
@@ -44,8 +45,9 @@ class ProcessorChild(ServiceChild):
         log_path: Path,
         *,
         compact_cache: bool = False,
+        flags: Mapping[str, object] | None = None,
     ) -> None:
-        flags = {
+        all_flags = {
             "resource": RESOURCE,
             "redis-url": redis_url,
             "prefix": PREFIX,
@@ -55,6 +57,7 @@ class ProcessorChild(ServiceChild):
             "http-port": 0,
             "member-id": member,
             "log-level": "info",
+            **(flags or {}),
         }
         python_path = [
             str(ROOT / "bench"),
@@ -63,7 +66,7 @@ class ProcessorChild(ServiceChild):
         ]
         super().__init__(
             "processor_svc",
-            flags,
+            all_flags,
             log_path,
             extra_env={
                 DIR_ENV: str(data_dir),
@@ -110,6 +113,7 @@ class Group:
         workdir: Path,
         tag: str,
         compact_cache: bool = False,
+        flags: Mapping[str, object] | None = None,
     ) -> None:
         self.children = [
             ProcessorChild(
@@ -119,6 +123,7 @@ class Group:
                 data_dir,
                 workdir / f"processor-{tag}-p{i}.log",
                 compact_cache=compact_cache,
+                flags=flags,
             )
             for i in range(count)
         ]
@@ -207,6 +212,7 @@ def group_running(
     tag: str,
     *,
     compact_cache: bool = False,
+    flags: Mapping[str, object] | None = None,
 ) -> Iterator[Group]:
     data_dir = workdir / f"data-{tag}"
     data_dir.mkdir()
@@ -218,6 +224,7 @@ def group_running(
         workdir=workdir,
         tag=tag,
         compact_cache=compact_cache,
+        flags=flags,
     )
     try:
         group.start()
