@@ -157,17 +157,45 @@ def supported_fields(resource_id: str) -> tuple[str, ...]:
     return _names_of(_base(resource_id))
 
 
+_Plan = tuple[bool, tuple[tuple[str, tuple[str, ...], str], ...]]
+_plans: dict[str, _Plan] = {}
+
+
+def _plan(resource_id: str) -> _Plan:
+    """``(has metadata.namespace, ((name, path, zero), ...) for the other fields)``: what
+    :func:`field_values` walks, precomputed per id (it runs once per object revision)."""
+    plan = _plans.get(resource_id)
+    if plan is None:
+        fields = selectable_fields(resource_id)
+        rest = tuple(
+            (f.name, f.path, _ZERO[f.kind]) for f in fields if f not in (_NAME, _NAMESPACE)
+        )
+        plan = _plans[resource_id] = (_NAMESPACE in fields, rest)
+    return plan
+
+
 def field_values(resource_id: str, obj: Mapping[str, Any]) -> dict[str, str]:
     """Every supported field of ``obj`` rendered as the apiserver compares it: the mapping
     :meth:`common.selectors.FieldSelector.matches` reads."""
-    fields = _fields_of(_base(resource_id))
+    namespaced, rest = _plan(resource_id)
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         meta = {}
-    values = {"metadata.name": _render(meta.get("name"), "str")}
-    for field in fields[1:]:
-        if field is _NAMESPACE:
-            values["metadata.namespace"] = _render(meta.get("namespace"), "str")
+    name = meta.get("name")
+    values = {"metadata.name": name if type(name) is str else _render(name, "str")}
+    if namespaced:
+        namespace = meta.get("namespace")
+        values["metadata.namespace"] = (
+            namespace if type(namespace) is str else _render(namespace, "str")
+        )
+    for label, path, zero in rest:
+        node: Any = obj
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            values[label] = zero
+        elif type(node) is str:
+            values[label] = node
         else:
-            values[field.name] = field.value(obj)
+            values[label] = "true" if node is True else "false" if node is False else str(node)
     return values

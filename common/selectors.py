@@ -9,7 +9,8 @@ membership of ``None``, ``=`` a one-value set), so :meth:`LabelSelector.matches`
 dict lookups and set tests with no call per requirement: it runs once per stream entry in a
 processor. Measured on CPython 3.11 (the 2-core dev machine), a 3-requirement selector
 (``app=web,tier in (front,back),!canary``) on a 6-label dict that it matches: 0.25 µs per
-``matches`` call (``all()`` over a generator: 0.43 µs; the test suite keeps it under 5 µs).
+``matches`` call (``all()`` over a generator: 0.43 µs; the test suite keeps it under 5 µs); a
+2-term :meth:`FieldSelector.matches`: 0.2 µs.
 """
 
 from __future__ import annotations
@@ -77,18 +78,9 @@ _TOKEN_RE: Final = re.compile(r"\s*(?:(==|!=|=|!|\(|\)|,|>|<)|([^\s!=(),<>]+))")
 _END: Final = ""
 """The token at the end of the text."""
 
-# Requirement operators, compared by identity in the hot loop.
-_EXISTS: Final = 0
-_ABSENT: Final = 1
-_EQ: Final = 2
-_NE: Final = 3
-_IN: Final = 4
-_NOTIN: Final = 5
-_GT: Final = 6
-_LT: Final = 7
-
-_Requirement = tuple[int, str, object]
-"""``(op, key, operand)``: operand is the value (``=``/``!=``), a frozenset (``in``/``notin``),
+_Requirement = tuple[str, str, object]
+"""``(op, key, operand)`` with op one of ``exists``, ``!``, ``=``, ``!=``, ``in``, ``notin``,
+``>``, ``<``; operand is the value (``=``/``!=``), a frozenset (``in``/``notin``),
 the integer bound (``>``/``<``) or ``None`` (exists, absent)."""
 
 
@@ -158,13 +150,13 @@ class _LabelParser:
     def requirement(self) -> _Requirement:
         if self.peek() == ("!", False):
             self.take()
-            return (_ABSENT, self.key(' after "!"'), None)
+            return ("!", self.key(' after "!"'), None)
         key = self.key("")
         tok, ident = self.take()
         if tok in (_END, ","):
             if tok == ",":
                 self.i -= 1
-            return (_EXISTS, key, None)
+            return ("exists", key, None)
         if tok in ("=", "==", "!="):
             nxt, nxt_ident = self.peek()
             if nxt in (_END, ","):
@@ -173,15 +165,15 @@ class _LabelParser:
                 value = self.value(key, self.take()[0])
             else:
                 raise self.fail(f"expected a value after {_q(tok)}, found {_q(nxt)}")
-            return (_NE if tok == "!=" else _EQ, key, value)
+            return ("!=" if tok == "!=" else "=", key, value)
         if tok in (">", "<"):
             nxt, nxt_ident = self.take()
             bound = _decimal(nxt) if nxt_ident else None
             if bound is None:
                 raise self.fail(f"for {_q(tok)}, the value must be an integer, found {_shown(nxt)}")
-            return (_GT if tok == ">" else _LT, key, bound)
+            return (tok, key, bound)
         if ident and tok in ("in", "notin"):
-            return (_IN if tok == "in" else _NOTIN, key, self.values(tok))
+            return (tok, key, self.values(tok))
         raise self.fail(
             f'expected an operator (=, ==, !=, in, notin, >, <) or "," after key {_q(key)}, '
             f"found {_q(tok)}"
@@ -230,16 +222,13 @@ def _decimal(text: str) -> int | None:
 
 def _requirement_text(req: _Requirement) -> str:
     op, key, operand = req
-    if op == _EXISTS:
+    if op == "exists":
         return key
-    if op == _ABSENT:
+    if op == "!":
         return f"!{key}"
-    if op in (_EQ, _NE):
-        return f"{key}{'=' if op == _EQ else '!='}{operand}"
-    if op in (_IN, _NOTIN):
-        assert isinstance(operand, frozenset)
-        return f"{key} {'in' if op == _IN else 'notin'} ({','.join(sorted(operand))})"
-    return f"{key}{'>' if op == _GT else '<'}{operand}"
+    if isinstance(operand, frozenset):
+        return f"{key} {op} ({','.join(sorted(operand))})"
+    return f"{key}{op}{operand}"
 
 
 class _Numeric(Container[object]):
@@ -268,18 +257,44 @@ _PRESENT: Final[frozenset[str | None]] = frozenset((None,))
 
 def _compile(req: _Requirement) -> _Compiled:
     op, key, operand = req
-    if op in (_EXISTS, _ABSENT):
-        return (key, _PRESENT, op == _ABSENT)
-    if op in (_EQ, _NE):
-        return (key, frozenset((operand,)), op == _EQ)
-    if op in (_IN, _NOTIN):
-        assert isinstance(operand, frozenset)
-        return (key, operand, op == _IN)
+    if op in ("exists", "!"):
+        return (key, _PRESENT, op == "!")
+    if op in ("=", "!="):
+        return (key, frozenset((operand,)), op == "=")
+    if isinstance(operand, frozenset):
+        return (key, operand, op == "in")
     assert isinstance(operand, int)
-    return (key, _Numeric(operand, greater=op == _GT), True)
+    return (key, _Numeric(operand, greater=op == ">"), True)
 
 
-class LabelSelector:
+class _Canonical:
+    """Equality, hashing and ``str`` by the canonical text, shared by both selectors."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __str__(self) -> str:
+        """The canonical text: equal selectors print equal (``==`` is written ``=``, sets
+        and terms are sorted)."""
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Canonical)
+            and type(other) is type(self)
+            and other._text == self._text
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._text))
+
+
+class LabelSelector(_Canonical):
     """A parsed ``labelSelector``: ``key=value`` (also ``==``), ``key!=value``,
     ``key in (a,b)``, ``key notin (a,b)``, ``key``, ``!key``, ``key>N``, ``key<N``; the
     requirements are ANDed. An empty text selects everything.
@@ -288,11 +303,11 @@ class LabelSelector:
     and ``in`` do not; ``>``/``<`` need the label present with an integer value.
     """
 
-    __slots__ = ("_compiled", "_reqs", "_text")
+    __slots__ = ("_compiled", "_reqs")
 
     def __init__(self, requirements: tuple[_Requirement, ...]) -> None:
+        super().__init__(",".join(_requirement_text(r) for r in requirements))
         self._reqs = requirements
-        self._text = ",".join(_requirement_text(r) for r in requirements)
         self._compiled = tuple(_compile(r) for r in requirements)
 
     @classmethod
@@ -320,20 +335,6 @@ class LabelSelector:
             if (get(key) in members) is not want:
                 return False
         return True
-
-    def __str__(self) -> str:
-        """The canonical text (requirements sorted by key, ``==`` written ``=``, set values
-        sorted): equal selectors print equal."""
-        return self._text
-
-    def __repr__(self) -> str:
-        return f"LabelSelector.parse({self._text!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LabelSelector) and other._text == self._text
-
-    def __hash__(self) -> int:
-        return hash(("label", self._text))
 
 
 # -- field selectors --------------------------------------------------------------------------
@@ -393,7 +394,7 @@ def _escape(value: str) -> str:
     return "".join("\\" + ch if ch in _FIELD_SPECIAL else ch for ch in value)
 
 
-class FieldSelector:
+class FieldSelector(_Canonical):
     """A parsed ``fieldSelector``: ``field=value`` (also ``==``) and ``field!=value``, ANDed,
     restricted to the fields the resource supports (:mod:`common.selectable_fields`).
 
@@ -402,11 +403,11 @@ class FieldSelector:
     value is dropped (the API would keep it and then match nothing).
     """
 
-    __slots__ = ("_terms", "_text")
+    __slots__ = ("_terms",)
 
     def __init__(self, terms: tuple[tuple[str, bool, str], ...]) -> None:
+        super().__init__(",".join(f"{f}{'!=' if neg else '='}{_escape(v)}" for f, neg, v in terms))
         self._terms = terms
-        self._text = ",".join(f"{f}{'!=' if neg else '='}{_escape(v)}" for f, neg, v in terms)
 
     @classmethod
     def parse(
@@ -456,17 +457,7 @@ class FieldSelector:
         """``values`` maps field paths to their rendered values (a missing one reads ``""``,
         as in the API)."""
         get = values.get
-        return all((get(name, "") == want) is not negate for name, negate, want in self._terms)
-
-    def __str__(self) -> str:
-        """The canonical text (terms sorted, ``==`` written ``=``, values escaped)."""
-        return self._text
-
-    def __repr__(self) -> str:
-        return f"FieldSelector({self._text!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FieldSelector) and other._text == self._text
-
-    def __hash__(self) -> int:
-        return hash(("field", self._text))
+        for name, negate, want in self._terms:  # noqa: SIM110 - all() costs ~0.2 µs more
+            if (get(name, "") == want) is negate:
+                return False
+        return True
