@@ -272,7 +272,7 @@ class Projection:
         the identity fields are kept as well but not listed."""
         return tuple(_path_text(p) for p in self._paths)
 
-    def apply(self, obj: Mapping[str, Any]) -> Any:
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """``obj`` cut down to the projection: a new dict (``full``: ``obj`` itself)."""
         if self._mode == "full":
             return obj
