@@ -57,7 +57,10 @@ def summarize(report: dict[str, Any]) -> None:
 
 
 def _ratio(what: str, value: float | None, baseline: float | None, target: float) -> dict[str, Any]:
-    ratio = None if value is None or not baseline else round(value / baseline, 3)
+    # A baseline of no cost (RSS noise at tiny sizes) makes no ratio.
+    ratio = (
+        None if value is None or baseline is None or baseline <= 0 else round(value / baseline, 3)
+    )
     return {
         "ratio": what,
         "value": ratio,
