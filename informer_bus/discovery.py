@@ -12,7 +12,14 @@ import re
 
 import redis
 
-from common.redis_layout import ResourceKeys, parse_resource_key, parse_shard_key
+from common.redis_layout import (
+    GroupKeys,
+    GroupShardKeys,
+    ResourceKeys,
+    parse_group_key,
+    parse_resource_key,
+    parse_shard_key,
+)
 
 __all__ = ["discover_resources", "discover_shard_count"]
 
@@ -41,6 +48,11 @@ def discover_resources(client: redis.Redis, prefix: str) -> dict[str, int]:
             found[shard.resource] = max(found.get(shard.resource, 0), shard.shard + 1)
         elif (resource := parse_resource_key(prefix, name)) is not None:
             found.setdefault(resource.resource, 0)
+        elif isinstance(group := parse_group_key(prefix, name), GroupShardKeys):
+            keys = group.shard_keys
+            found[keys.resource] = max(found.get(keys.resource, 0), keys.shard + 1)
+        elif isinstance(group, GroupKeys):  # a processor waiting for its first list
+            found.setdefault(group.resource_keys.resource, 0)
     return dict(sorted(found.items()))
 
 

@@ -164,9 +164,10 @@ class _Runner:
         self._next_resync = (
             time.monotonic() + resync_period if resync_period is not None else float("inf")
         )
-        self._errors = metrics.handler_errors.labels(resource, name)
-        self._latency = metrics.handler_latency.labels(resource, name)
-        self._resyncs = metrics.resyncs.labels(resource, name)
+        scope = (resource, metrics.group, name)
+        self._errors = metrics.handler_errors.labels(*scope)
+        self._latency = metrics.handler_latency.labels(*scope)
+        self._resyncs = metrics.resyncs.labels(*scope)
         # Items taken out of the buffer but not yet processed (the consumer's current batch):
         # they still count against the capacity, so memory stays at ``capacity`` items.
         # Written by the consumer thread only.
@@ -175,7 +176,7 @@ class _Runner:
         # The stop event of the item being (or about to be) called: what wait_quiet looks at.
         self._calling_cancel: threading.Event | None = None
         self._batch_done = False
-        metrics.handler_buffer.labels(resource, name).set_function(self.buffered)
+        metrics.handler_buffer.labels(*scope).set_function(self.buffered)
         self._last_traceback = -_TRACEBACK_INTERVAL
         # Daemon: a handler stuck in user code must not keep the process alive after stop().
         self.thread = threading.Thread(
@@ -559,5 +560,5 @@ class HandlerDispatcher:
                     )
         for runner in self._runners:
             with contextlib.suppress(KeyError):
-                self._metrics.handler_buffer.remove(self.resource, runner.name)
+                self._metrics.handler_buffer.remove(self.resource, self._metrics.group, runner.name)
         return left

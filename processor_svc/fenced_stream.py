@@ -28,9 +28,8 @@ from common.redis_layout import (
     DEAD_LETTER_ID,
     DEAD_LETTER_PAYLOAD,
     DEAD_LETTER_REASON,
-    PROCESSOR_GROUP,
     SHARD_CONSUMER,
-    ShardKeys,
+    GroupShardKeys,
 )
 from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_READ
 from common.wire import FIELD
@@ -84,6 +83,8 @@ class DeadLetter:
 class FencedStream:
     """One owner's fenced access to a shard's stream: reads, acknowledgements, dead letters.
 
+    ``keys`` name the consumer group (its lease, its dead letters) as well as the shard.
+
     ``member_id`` and ``epoch`` are the holder and fencing token of our shard lease; every call
     raises :class:`OwnershipLostError` when the lease names anything else, and
     ``redis.RedisError`` when Redis cannot be reached (XACK is idempotent: a caller that does not
@@ -95,7 +96,7 @@ class FencedStream:
     def __init__(
         self,
         client: redis.Redis,
-        keys: ShardKeys,
+        keys: GroupShardKeys,
         *,
         member_id: str,
         epoch: int,
@@ -128,7 +129,7 @@ class FencedStream:
         ones; an ID: this consumer's pending entries after it), in one fenced script."""
         reply = self._read_script(
             keys=[self.keys.lease, self.keys.stream],
-            args=[*self._lease_args, PROCESSOR_GROUP, SHARD_CONSUMER, count, start, *acks],
+            args=[*self._lease_args, self.keys.group, SHARD_CONSUMER, count, start, *acks],
             client=self.client,
         )
         if reply[0] == 0:
@@ -152,7 +153,7 @@ class FencedStream:
             return
         args: list[Any] = [
             *self._lease_args,
-            PROCESSOR_GROUP,
+            self.keys.group,
             DEAD_LETTER_MAXLEN,
             setid,
             entries_read,
@@ -177,7 +178,7 @@ class FencedStream:
         """The group's entries not yet acknowledged (undelivered + pending), ``None`` when
         Redis cannot tell (a plain read: ``XINFO GROUPS``)."""
         for group in self.client.xinfo_groups(self.keys.stream):
-            if as_text(group["name"]) == PROCESSOR_GROUP:
+            if as_text(group["name"]) == self.keys.group:
                 lag = group.get("lag")
                 return None if lag is None else int(lag) + int(group["pending"])
         return None

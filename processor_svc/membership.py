@@ -2,10 +2,11 @@
 
 Shard assignment (``processor_svc.assignment``) needs every processor to agree on the set of
 live members without a coordinator. Each processor therefore writes its own *deadline* into
-``ib:{R}:members`` (:attr:`common.redis_layout.ResourceKeys.members`), a sorted set of member id ->
-heartbeat deadline in milliseconds, and renews it more often than its ``ttl``. A member whose
-deadline has passed is gone: it crashed, hung or lost its network, and its shards are reassigned
-(they can only be *taken* once their leases expire, see ``processor_svc.ownership``).
+``ib:{R}:members`` (:attr:`common.redis_layout.GroupKeys.members`, one per consumer group), a
+sorted set of member id -> heartbeat deadline in milliseconds, and renews it more often than its
+``ttl``. A member whose deadline has passed is gone: it crashed, hung or lost its network, and
+its shards are reassigned (they can only be *taken* once their leases expire, see
+``processor_svc.ownership``).
 
 Why deadlines on the Redis clock: the deadline is computed inside a Lua script from Redis's
 ``TIME``, and liveness is judged by the same clock, so clock skew between processor machines can
@@ -23,7 +24,7 @@ from redis.client import Pipeline
 from redis.commands.core import Script
 
 from common.redis_config import is_cluster
-from common.redis_layout import ResourceKeys, membership_scripts
+from common.redis_layout import PROCESSOR_GROUP, ResourceKeys, membership_scripts
 
 __all__ = ["Membership", "decode_members"]
 
@@ -36,7 +37,7 @@ def decode_members(reply: object) -> list[str]:
 
 
 class Membership:
-    """One processor's registration in the live members of ``resource``.
+    """One processor's registration in the live members of ``resource``'s consumer ``group``.
 
     ``member_id`` must be unique per process (``common.lease.unique_holder``): two processes
     with one id would look like one member, and would both believe they hold its shards.
@@ -46,14 +47,21 @@ class Membership:
     """
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str, resource: str, member_id: str, ttl: float
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str,
+        resource: str,
+        member_id: str,
+        ttl: float,
+        group: str = PROCESSOR_GROUP,
     ) -> None:
         if not isinstance(member_id, str) or not member_id:
             raise ValueError(f"member_id must be a non-empty string, got {member_id!r}")
         if not ttl >= 0.001:
             raise ValueError(f"ttl must be >= 0.001 s, got {ttl!r}")
         self._client = client
-        self.key: Final = ResourceKeys(prefix, resource).members
+        self.key: Final = ResourceKeys(prefix, resource).group(group).members
         """The members sorted set."""
         self.member_id: Final = member_id
         """Our id in the set."""

@@ -1,10 +1,11 @@
 """The processor's Prometheus metrics, on a registry of its own (never the global default, so
 tests and several processors embedded in one process do not collide).
 
-Every series carries ``resource``; per-shard series add ``shard`` and per-handler series add
-``handler``. Per-shard gauges are removed when a shard worker ends (a shard this processor no
-longer owns must not keep reporting a frozen lag); counters stay, as Prometheus expects.
-"""
+Every series carries ``resource`` and ``group`` (the processor's consumer group, so that two
+applications on one watch are told apart on one dashboard); per-shard series add ``shard`` and
+per-handler series add ``handler``. Per-shard gauges are removed when a shard worker ends (a
+shard this processor no longer owns must not keep reporting a frozen lag); counters stay, as
+Prometheus expects."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from common.deltas import DeltaType
+from common.redis_layout import PROCESSOR_GROUP
 
 __all__ = ["HANDLER_LATENCY_BUCKETS", "ProcessorMetrics", "ShardMetrics"]
 
@@ -49,6 +51,8 @@ _HELP: Final = {
     "rebalances": "assignment changes that moved shards to or from this processor",
 }
 """Each series' help text, by its name after ``informer_bus_processor_``."""
+_SCOPE: Final = ("resource", "group")
+"""The labels every series starts with."""
 
 
 class ProcessorMetrics:
@@ -58,14 +62,16 @@ class ProcessorMetrics:
     counters: a consumer that silently stops reading raises no error at all.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, group: str = PROCESSOR_GROUP) -> None:
         self.registry = registry
+        self.group: Final = group
+        """The ``group`` label of every series."""
 
         def counter(name: str, *labels: str) -> Counter:
-            return Counter(_PREFIX + name, _HELP[name], ["resource", *labels], registry=registry)
+            return Counter(_PREFIX + name, _HELP[name], [*_SCOPE, *labels], registry=registry)
 
         def gauge(name: str, *labels: str) -> Gauge:
-            return Gauge(_PREFIX + name, _HELP[name], ["resource", *labels], registry=registry)
+            return Gauge(_PREFIX + name, _HELP[name], [*_SCOPE, *labels], registry=registry)
 
         # --- per shard ---------------------------------------------------------------------
         self.deltas_applied = counter("deltas_applied", "shard", "type")
@@ -82,7 +88,7 @@ class ProcessorMetrics:
         self.handler_errors = counter("handler_errors", "handler")
         latency = "handler_latency_seconds"
         self.handler_latency = Histogram(
-            _PREFIX + latency, _HELP[latency], ["resource", "handler"],
+            _PREFIX + latency, _HELP[latency], [*_SCOPE, "handler"],
             registry=registry, buckets=HANDLER_LATENCY_BUCKETS,
         )  # fmt: skip
         self.handler_buffer = gauge("handler_buffer", "handler")
@@ -93,7 +99,7 @@ class ProcessorMetrics:
 
     def forget_shard(self, resource: str, shard: int) -> None:
         """Drop the shard's gauges (its worker ended: the shard may be someone else's now)."""
-        labels = (resource, str(shard))
+        labels = (resource, self.group, str(shard))
         for gauge in (self.lag_entries, self.lag_seconds, self.store_size, self.synced):
             with contextlib.suppress(KeyError):  # never set
                 gauge.remove(*labels)
@@ -104,7 +110,7 @@ class ShardMetrics:
     lock per call; the shard worker's hot path increments these directly)."""
 
     def __init__(self, metrics: ProcessorMetrics, resource: str, shard: int) -> None:
-        labels = (resource, str(shard))
+        labels = (resource, metrics.group, str(shard))
         self.applied = {
             delta_type: metrics.deltas_applied.labels(*labels, delta_type.value)
             for delta_type in DeltaType

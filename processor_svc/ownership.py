@@ -44,7 +44,7 @@ import redis
 
 from common.lease import LeaseStatus, RedisLease, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
-from common.redis_layout import LEASE_HOLDER, ResourceKeys
+from common.redis_layout import LEASE_HOLDER, PROCESSOR_GROUP, ResourceKeys
 from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
@@ -105,6 +105,9 @@ class ShardOwnership:
     bounded call times are what make the renew deadline come before the lease expiry, and
     :class:`~common.lease.RedisLease` refuses a client without socket timeouts.
 
+    ``group`` is the consumer group (one application on the watch): its members, leases and
+    epochs are its own, so groups assign and take over shards without ever meeting.
+
     ``timing`` and ``membership`` (:mod:`common.settings`, which check their own rules) give the
     lease and heartbeat periods; raises ``ValueError`` unless ``shard_count >= 1``.
     ``clock`` measures deadlines and waits; Redis measures the leases and
@@ -129,17 +132,23 @@ class ShardOwnership:
         membership: MembershipTiming | None = None,
         clock: Clock | None = None,
         log_interval: float = 30.0,
+        group: str = PROCESSOR_GROUP,
     ) -> None:
         if type(shard_count) is not int or shard_count < 1:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
         timing = timing if timing is not None else LeaseTiming()
         membership = membership if membership is not None else MembershipTiming()
-        keys = ResourceKeys(prefix, resource)
+        keys = ResourceKeys(prefix, resource).group(group)
         self._resource = resource
         self._member_id = member_id
         self._shard_count = shard_count
         self._membership = Membership(
-            client, prefix=prefix, resource=resource, member_id=member_id, ttl=membership.member_ttl
+            client,
+            prefix=prefix,
+            resource=resource,
+            member_id=member_id,
+            ttl=membership.member_ttl,
+            group=group,
         )
         self._leases = [
             RedisLease(

@@ -38,7 +38,7 @@ from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import Publication, read_publication
 from common.redis_config import redacted_url
-from common.redis_layout import CHECKPOINT_SYNCED_RV, ShardKeys
+from common.redis_layout import CHECKPOINT_SYNCED_RV, GroupShardKeys, ShardKeys
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.handlers import (
@@ -83,7 +83,8 @@ class ProcessorService:
         self.settings = settings
         self.resource = settings.resource
         self.registry = registry or CollectorRegistry()
-        self.metrics = ProcessorMetrics(self.registry)
+        self.group = settings.group
+        self.metrics = ProcessorMetrics(self.registry, settings.group)
         self.member_id = unique_holder(settings.member_id)
         # Blocking stream reads get their own connections inside the workers (socket timeout
         # above the BLOCK time); this client serves the short commands.
@@ -127,6 +128,7 @@ class ProcessorService:
             on_losing=self._losing,
             timing=settings.lease,
             membership=settings.membership,
+            group=settings.group,
         )
         # Heartbeated by us while waiting for the reflector, by the ownership loop afterwards.
         self._membership = self.ownership.membership
@@ -334,7 +336,7 @@ class ProcessorService:
         self.lister.attach(shard, store)
         worker = ShardWorker(
             self.redis,
-            ShardKeys(self.settings.prefix, self.resource, shard),
+            GroupShardKeys(ShardKeys(self.settings.prefix, self.resource, shard), self.group),
             shard=shard,
             epoch=epoch,
             member_id=self.member_id,
@@ -349,8 +351,8 @@ class ProcessorService:
         with self._workers_lock:
             self._workers[shard] = worker
             owned = len(self._workers)
-        self.metrics.owned_shards.labels(resource=self.resource).set(owned)
-        self.metrics.rebalances.labels(resource=self.resource).inc()
+        self.metrics.owned_shards.labels(resource=self.resource, group=self.group).set(owned)
+        self.metrics.rebalances.labels(resource=self.resource, group=self.group).inc()
         worker.start()
         log.info("%s: took shard %d (epoch %d)", self.resource, shard, epoch)
 
@@ -373,10 +375,10 @@ class ProcessorService:
             worker.stop(grace=self.settings.shutdown_grace)
             worker.join()
             self.metrics.forget_shard(self.resource, shard)
-            self.metrics.rebalances.labels(resource=self.resource).inc()
+            self.metrics.rebalances.labels(resource=self.resource, group=self.group).inc()
         with self._workers_lock:
             owned = len(self._workers)
-        self.metrics.owned_shards.labels(resource=self.resource).set(owned)
+        self.metrics.owned_shards.labels(resource=self.resource, group=self.group).set(owned)
         self.lister.detach(shard)
         log.info("%s: gave up shard %d", self.resource, shard)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from common.redis_layout import GROUP_NAME_SYNTAX, PROCESSOR_GROUP, check_group_name
 from common.resource_ids import check_resource_id
 from common.settings import (
     LeaseTiming,
@@ -34,6 +35,15 @@ class ProcessorSettings(ServiceSettings):
         metadata={"help": "resource id to process, as the reflector names it (pods, "
                   "deployments.apps, widgets.example.com@shop)", "metavar": "ID"},
     )  # fmt: skip
+    group: str = field(
+        default=PROCESSOR_GROUP,
+        metadata={
+            "help": "consumer group: one application on the watch, with its own members, "
+            "shards, caches, handlers and position; processors of one group share its shards, "
+            f"each group sees every delta ({GROUP_NAME_SYNTAX})",
+            "metavar": "NAME",
+        },
+    )
     handler: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -91,5 +101,6 @@ class ProcessorSettings(ServiceSettings):
         )  # fmt: skip
         try:
             check_resource_id(self.resource)  # the rule the reflector names its keys by
+            check_group_name(self.group)  # the rule group keys are named by
         except ValueError as exc:
             raise SettingsError(str(exc)) from None

@@ -50,7 +50,7 @@ from common.backoff import Backoff
 from common.deltas import DeltaType
 from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
-from common.redis_layout import ShardKeys
+from common.redis_layout import GroupShardKeys
 from common.runtime import release_free_heap
 from common.wire import (
     DEFAULT_MAX_BYTES,
@@ -145,7 +145,7 @@ class ShardWorker:
     def __init__(
         self,
         client: redis.Redis,
-        keys: ShardKeys,
+        keys: GroupShardKeys,
         *,
         shard: int,
         epoch: int,

@@ -3,7 +3,7 @@
 ``docs/architecture.md`` ("Processing") is the specification. The shard worker runs a takeover
 first, and again after an unexpected failure:
 
-1. ``XGROUP CREATE <stream> processors 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
+1. ``XGROUP CREATE <stream> <group> 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
 2. One ``MULTI``: the shard lease (the takeover is fenced too: a worker whose lease moved on
    delivers no initial list), ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id``
    is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable),
@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol
 from redis.exceptions import ResponseError
 
 from common.deltas import DeltaType
-from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER, PROCESSOR_GROUP
+from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
 from common.store import IndexFuncError
 from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
 from processor_svc.ack_tracker import AckToken
@@ -171,7 +171,7 @@ class Takeover:
         """Create the group if needed, then read the snapshot and the group's state at once."""
         keys, client = self._keys, self._client
         try:
-            client.xgroup_create(keys.stream, PROCESSOR_GROUP, id="0", mkstream=True)
+            client.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
         except ResponseError as err:
             if "BUSYGROUP" not in str(err):
                 raise
@@ -180,7 +180,7 @@ class Takeover:
         pipe.hgetall(keys.objects)
         pipe.xinfo_stream(keys.stream)
         pipe.xinfo_groups(keys.stream)
-        pipe.xpending(keys.stream, PROCESSOR_GROUP)
+        pipe.xpending(keys.stream, keys.group)
         (holder, epoch), objects, info, groups, pending = pipe.execute()
         # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
         self._fence.check_lease(holder, epoch)
@@ -189,7 +189,7 @@ class Takeover:
         info = {as_text(name): value for name, value in info.items()}
         groups = [{as_text(name): value for name, value in g.items()} for g in groups]
         pending_count = pending[0] if isinstance(pending, list) else pending["pending"]
-        group = next(g for g in groups if as_text(g["name"]) == PROCESSOR_GROUP)
+        group = next(g for g in groups if as_text(g["name"]) == keys.group)
         delivered = as_text(group["last-delivered-id"])
         entries_read = group.get("entries-read")
         if delivered == "0-0":
@@ -240,7 +240,11 @@ class Takeover:
         cursor = "-"
         while view.pending:
             rows: list[dict[str, Any]] = self._client.xpending_range(
-                self._keys.stream, PROCESSOR_GROUP, min=cursor, max=view.last_id, count=_RANGE_CHUNK
+                self._keys.stream,
+                self._keys.group,
+                min=cursor,
+                max=view.last_id,
+                count=_RANGE_CHUNK,
             )
             ids.update(as_text(row["message_id"]) for row in rows)
             if len(rows) < _RANGE_CHUNK:

@@ -64,7 +64,9 @@ class ReflectorMetrics:
         )
         self.forced_trims = counter(
             "informer_bus_reflector_forced_trims",
-            "trims past entries a consumer group still needed (hard cap reached)",
+            "trims past entries a consumer group still needed (hard cap reached), by the "
+            "group that lost them",
+            "group",
         )
         self.leader = gauge(
             "informer_bus_reflector_leader", "1 while this replica leads the resource"

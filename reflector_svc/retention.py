@@ -19,10 +19,15 @@ entries. What ``~`` leaves behind is less than one node: a node holds at most 10
 4 KB (``stream-node-max-entries``/``-bytes``), so with ~3.5 KB envelopes about one entry. And it
 is the cheap form: no node is split or rewritten.
 
+Every consumer group on the stream counts -- each processor group and each durable subscriber
+is one -- so the slowest live group sets the floor, and a group that no longer exists holds
+entries until it is removed (``informer-bus groups delete``).
+
 When the stream is still above ``hard_max_entries`` -- a dead or stuck group holds everything
 back -- it is cut to exactly ``hard_max_entries`` anyway (``XTRIM MAXLEN =``), and the result
-says so: ``forced`` when entries a group still needed went (pending or not yet delivered),
-``undelivered_trimmed`` when some had not even been delivered. The caller logs and counts it
+says so, naming the groups: ``forced`` (``lost_groups``) when entries a group still needed went
+(pending or not yet delivered), ``undelivered_trimmed`` (``undelivered_groups``) when some had
+not even been delivered. The caller logs and counts it
 (:class:`RetentionLoop` does); those consumers resync from the known state in ``objects``.
 Memory stays bounded even when a consumer never comes back.
 
@@ -66,6 +71,10 @@ class TrimResult:
     those deltas and must resync from the known state. (Pending-only losses lose retries.)"""
     length: int
     """Entries left (as of the trim; the publisher keeps appending)."""
+    lost_groups: tuple[str, ...] = ()
+    """The consumer groups that lost entries they still needed (set iff ``forced``), sorted."""
+    undelivered_groups: tuple[str, ...] = ()
+    """Those of them that lost entries not yet delivered to them, sorted."""
 
 
 def trim_shard(
@@ -99,7 +108,9 @@ def trim_shard(
         if floors is None:
             pipe.xtrim(stream, maxlen=min_entries, approximate=True, limit=removable)
         else:
-            pipe.xtrim(stream, minid=_format_id(floors[0]), approximate=True, limit=removable)
+            pipe.xtrim(
+                stream, minid=_format_id(_lowest_floor(floors)), approximate=True, limit=removable
+            )
         pipe.xlen(stream)
         trimmed, length = pipe.execute()
     if length <= hard_max_entries:
@@ -110,19 +121,21 @@ def trim_shard(
 def _force(
     client: redis.Redis,
     stream: str,
-    floors: tuple[tuple[int, int], tuple[int, int]] | None,
+    floors: dict[str, _Floor] | None,
     hard_max_entries: int,
     trimmed: int,
 ) -> TrimResult:
     """Cut to exactly ``hard_max_entries`` and find out whose entries went.
 
     The first entry at or above a floor, read before the cut, was removed iff it is older than
-    the first entry left after it: two one-entry reads instead of reading what goes. One
-    MULTI (one key, one slot) so that no XADD lands between the reads and the cut.
+    the first entry left after it: one-entry reads instead of reading what goes (two per
+    group). One MULTI (one key, one slot) so that no XADD lands between the reads and the cut.
     """
+    groups = sorted(floors or {})
     pipe = client.pipeline(transaction=True)
-    if floors is not None:
-        for floor in floors:
+    for name in groups:
+        assert floors is not None
+        for floor in floors[name]:
             pipe.xrange(stream, _format_id(floor), "+", count=1)
     pipe.xtrim(stream, maxlen=hard_max_entries, approximate=False)
     pipe.xrange(stream, "-", "+", count=1)
@@ -133,29 +146,46 @@ def _force(
     def lost(first: list[Any]) -> bool:
         return bool(first) and (oldest_left is None or _parse_id(first[0][0]) < oldest_left)
 
-    forced = bool(firsts) and lost(firsts[0])
-    undelivered = bool(firsts) and lost(firsts[1])
-    return TrimResult(trimmed + removed, forced, undelivered, length)
+    lost_groups = tuple(name for i, name in enumerate(groups) if lost(firsts[2 * i]))
+    undelivered = tuple(name for i, name in enumerate(groups) if lost(firsts[2 * i + 1]))
+    return TrimResult(
+        trimmed + removed, bool(lost_groups), bool(undelivered), length, lost_groups, undelivered
+    )
+
+
+_Floor = tuple[tuple[int, int], tuple[int, int]]
+"""A group's oldest needed entry ID (pending or undelivered) and its first undelivered ID."""
 
 
 def _group_floors(
     client: redis.Redis, stream: str, groups: Sequence[Mapping[str, Any]]
-) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """The lowest ID some consumer group still needs (oldest pending entry or first entry not
-    yet delivered), and the lowest not yet delivered to some group; ``None`` without groups."""
+) -> dict[str, _Floor] | None:
+    """Per consumer group: the lowest ID it still needs (its oldest pending entry or its first
+    entry not yet delivered) and its first entry not yet delivered; ``None`` without groups."""
     if not groups:
         return None
-    undelivered = min(_successor(_parse_id(group["last-delivered-id"])) for group in groups)
-    needed = undelivered
-    pending = [group for group in groups if group["pending"]]
+    floors: dict[str, _Floor] = {}
+    for group in groups:
+        undelivered = _successor(_parse_id(group["last-delivered-id"]))
+        floors[_text(group["name"])] = (undelivered, undelivered)
+    pending = [_text(group["name"]) for group in groups if group["pending"]]
     if pending:
         pipe = client.pipeline(transaction=False)
-        for group in pending:
-            pipe.xpending(stream, group["name"])
-        for summary in pipe.execute():
+        for name in pending:
+            pipe.xpending(stream, name)
+        for name, summary in zip(pending, pipe.execute(), strict=True):
             if summary["pending"] and summary["min"] is not None:
-                needed = min(needed, _parse_id(summary["min"]))
-    return needed, undelivered
+                undelivered = floors[name][1]
+                floors[name] = (min(undelivered, _parse_id(summary["min"])), undelivered)
+    return floors
+
+
+def _lowest_floor(floors: dict[str, _Floor]) -> tuple[int, int]:
+    return min(needed for needed, _ in floors.values())
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _check_bounds(min_entries: int, hard_max_entries: int) -> None:
@@ -260,13 +290,14 @@ class RetentionLoop(threading.Thread):
             self.forced_trims += 1
             self.undelivered_trims += int(result.undelivered_trimmed)
             log.warning(
-                "retention: hard cap %d forced a trim of %s (%d entries removed, "
-                "undelivered entries of a consumer group among them: %s); "
-                "consumers behind it must resync from the known state",
+                "retention: hard cap %d forced a trim of %s: consumer group(s) %s lost entries "
+                "they still needed (%d entries removed; undelivered entries lost by: %s); "
+                "they must resync from the known state",
                 self.hard_max_entries,
                 keys.stream,
+                ", ".join(result.lost_groups),
                 result.trimmed,
-                result.undelivered_trimmed,
+                ", ".join(result.undelivered_groups) or "none",
             )
         if self._on_result is not None:
             try:

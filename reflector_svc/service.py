@@ -206,8 +206,8 @@ class ReflectorService:
         """Retention results into metrics (the loop itself logs forced trims)."""
         if result.trimmed:
             self.metrics.trimmed.labels(resource=resource).inc(result.trimmed)
-        if result.forced:
-            self.metrics.forced_trims.labels(resource=resource).inc()
+        for group in result.lost_groups:
+            self.metrics.forced_trims.labels(resource=resource, group=group).inc()
 
     def _stopped_leading(self, runner: _ResourceRunner) -> None:
         runner.reflector.synced.clear()

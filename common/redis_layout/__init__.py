@@ -5,7 +5,8 @@ protocol between them. It lives here, and only here: the reflector, the processo
 ``status``, ``subscribe`` and the tests take names from this package instead of spelling them.
 ``docs/architecture.md`` ("Redis layout") is the specification these modules implement.
 
-* :mod:`.keys`: key names (:class:`ShardKeys`, :class:`ResourceKeys`);
+* :mod:`.keys`: key names (:class:`ShardKeys`, :class:`ResourceKeys`, and each consumer
+  group's own :class:`GroupKeys` and :class:`GroupShardKeys`);
 * :mod:`.names`: hash fields, consumer groups, consumer names;
 * ``*_scripts`` modules: the Lua scripts, each beside the rules it enforces.
 
@@ -14,10 +15,17 @@ Pure: nothing here talks to Redis.
 
 from common.redis_layout.keys import (
     DEFAULT_PREFIX,
+    GROUP_KEY_SUFFIXES,
+    GROUP_NAME_SYNTAX,
+    GROUP_SHARD_KEY_SUFFIXES,
     RESOURCE_KEY_SUFFIXES,
     SHARD_KEY_SUFFIXES,
+    GroupKeys,
+    GroupShardKeys,
     ResourceKeys,
     ShardKeys,
+    check_group_name,
+    parse_group_key,
     parse_resource_key,
     parse_shard_key,
 )
@@ -48,14 +56,21 @@ __all__ = [
     "DEAD_LETTER_PAYLOAD",
     "DEAD_LETTER_REASON",
     "DEFAULT_PREFIX",
+    "GROUP_KEY_SUFFIXES",
+    "GROUP_NAME_SYNTAX",
+    "GROUP_SHARD_KEY_SUFFIXES",
     "LEASE_EPOCH",
     "LEASE_HOLDER",
     "PROCESSOR_GROUP",
     "RESOURCE_KEY_SUFFIXES",
     "SHARD_CONSUMER",
     "SHARD_KEY_SUFFIXES",
+    "GroupKeys",
+    "GroupShardKeys",
     "ResourceKeys",
     "ShardKeys",
+    "check_group_name",
+    "parse_group_key",
     "parse_resource_key",
     "parse_shard_key",
 ]

@@ -7,9 +7,18 @@ Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7 (
     ib:{pods:7}:versions     hash key -> resourceVersion of every object the shard knows
     ib:{pods:7}:objects      hash key -> last envelope published for the key (the known state)
     ib:{pods:7}:checkpoint   hash: rv, fence, synced_rv, relisting
-    ib:{pods:7}:lease        who owns (processes) the shard, with its fencing epoch
-    ib:{pods:7}:lease_epoch  the shard's ownership epoch counter (never expires)
-    ib:{pods:7}:dead         dead letters: entries no processor could decode
+
+Those four are the reflector's and every consumer reads them. Each consumer group (a processor
+group, a durable subscriber) has its own keys beside them (:class:`GroupShardKeys`); the default
+group ``processors`` keeps the names it had before groups existed, so deployments upgrade in
+place, and any other group ``G`` puts ``group:G:`` before the suffix::
+
+    ib:{pods:7}:lease                the default group's shard lease (holder, fencing epoch)
+    ib:{pods:7}:lease_epoch          its epoch counter (never expires)
+    ib:{pods:7}:dead                 its dead letters: entries it could not decode or apply
+    ib:{pods:7}:group:audit:lease    the same three for group ``audit``
+    ib:{pods:7}:group:audit:lease_epoch
+    ib:{pods:7}:group:audit:dead
 
 All keys of a shard share the hash tag ``{pods:7}``, so in Redis Cluster they live in one slot:
 MULTI, Lua and multi-key commands may span them (append a delta, record the known state and move
@@ -17,8 +26,9 @@ the checkpoint in one atomic step; check the fence inside the same write). Diffe
 different tags and so spread over the cluster.
 
 Keys of a resource as a whole (:class:`ResourceKeys`) carry the tag ``{pods}``: the reflector's
-leader lease ``ib:{pods}:leader``, its epoch counter ``ib:{pods}:epoch`` and the processors'
-membership ``ib:{pods}:members``.
+leader lease ``ib:{pods}:leader`` and its epoch counter ``ib:{pods}:epoch``; a group's
+membership is ``ib:{pods}:members`` for the default group, ``ib:{pods}:group:G:members`` for
+group ``G`` (:class:`GroupKeys`).
 """
 
 from __future__ import annotations
@@ -27,14 +37,22 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from common.redis_layout.names import PROCESSOR_GROUP
 from common.sharding import shard_for
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "GROUP_KEY_SUFFIXES",
+    "GROUP_NAME_SYNTAX",
+    "GROUP_SHARD_KEY_SUFFIXES",
     "RESOURCE_KEY_SUFFIXES",
     "SHARD_KEY_SUFFIXES",
+    "GroupKeys",
+    "GroupShardKeys",
     "ResourceKeys",
     "ShardKeys",
+    "check_group_name",
+    "parse_group_key",
     "parse_resource_key",
     "parse_shard_key",
 ]
@@ -42,24 +60,44 @@ __all__ = [
 DEFAULT_PREFIX: Final = "ib"
 """The key prefix informer-bus uses unless configured otherwise."""
 
-SHARD_KEY_SUFFIXES: Final = (
-    "deltas",
-    "versions",
-    "objects",
-    "checkpoint",
-    "lease",
-    "lease_epoch",
-    "dead",
-)
+SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint")
 """The last part of every per-shard key name, in :meth:`ShardKeys.all_keys` order."""
-RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch", "members")
+GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead")
+"""The last part of a group's per-shard key names, in :meth:`GroupShardKeys.all_keys` order."""
+RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch")
 """The last part of every resource-wide key name, in :meth:`ResourceKeys.all_keys` order."""
+GROUP_KEY_SUFFIXES: Final = ("members",)
+"""The last part of a group's resource-wide key names, in :meth:`GroupKeys.all_keys` order."""
+GROUP_NAME_SYNTAX: Final = (
+    "1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit"
+)
+"""What a group name may be, quoted in every error about one."""
+
+_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+# Where a non-default group's keys put its name: ``PREFIX:{TAG}:group:NAME:SUFFIX``.
+_GROUP_INFIX: Final = "group:"
 
 # Braces would move or split the hash tag, whitespace breaks logs and redis-cli; ':' is allowed
 # in a resource (the shard number is always the part after the tag's last ':').
 _BAD_NAME = re.compile(r"[{}\s]")
 # A shard number as ShardKeys spells it: decimal, no sign, no leading zero.
 _SHARD_NUMBER = re.compile(r"0|[1-9][0-9]*")
+
+
+def check_group_name(name: object) -> str:
+    """``name`` if it can name a consumer group (:data:`GROUP_NAME_SYNTAX`), else ``ValueError``.
+
+    No ``:`` (the key parser splits on it), no braces or whitespace (hash tags, logs): the group
+    name is spelled into key names and Prometheus labels as it is.
+    """
+    if type(name) is not str or _GROUP_NAME.fullmatch(name) is None:
+        raise ValueError(f"group name {name!r} is invalid: {GROUP_NAME_SYNTAX}")
+    return name
+
+
+def _group_part(group: str) -> str:
+    """What a group's key names carry between the hash tag and the suffix."""
+    return "" if group == PROCESSOR_GROUP else f"{_GROUP_INFIX}{group}:"
 
 
 def _check_names(prefix: object, resource: object) -> None:
@@ -132,29 +170,9 @@ class ShardKeys:
         """
         return f"{self.prefix}:{self.hash_tag}:checkpoint"
 
-    @property
-    def lease(self) -> str:
-        """The ownership lease of this shard (holder and fencing epoch)."""
-        return f"{self.prefix}:{self.hash_tag}:lease"
-
-    @property
-    def lease_epoch(self) -> str:
-        """The counter that hands out :attr:`lease`'s fencing epochs.
-
-        A separate key because the lease hash expires and the counter must not: an epoch that
-        restarted from 1 after a lapse would let a stale owner's acknowledgements through.
-        """
-        return f"{self.prefix}:{self.hash_tag}:lease_epoch"
-
-    @property
-    def dead_letters(self) -> str:
-        """The dead-letter stream: entries the processor could not decode or apply.
-
-        Each entry carries ``reason``, the original stream ``id`` and the raw payload when there
-        was one. A stream beside the shard's (same hash tag) so that parking an entry and
-        acknowledging it happen in one fenced script.
-        """
-        return f"{self.prefix}:{self.hash_tag}:dead"
+    def for_group(self, group: str = PROCESSOR_GROUP) -> GroupShardKeys:
+        """The keys consumer group ``group`` keeps on this shard."""
+        return GroupShardKeys(self, group)
 
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this shard (e.g. to delete or inspect a shard as a whole)."""
@@ -163,10 +181,73 @@ class ShardKeys:
             self.versions,
             self.objects,
             self.checkpoint,
-            self.lease,
-            self.lease_epoch,
-            self.dead_letters,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShardKeys:
+    """What one consumer group keeps on one shard: its lease, epoch counter and dead letters.
+
+    A group (the consumer group of the same name on the shard's stream) is one application on
+    the watch; its keys are its own, so its owners, fencing and dead letters never touch
+    another group's. The stream, known state and checkpoint are the shard's (:attr:`shard_keys`)
+    and shared by every group. Raises ``ValueError`` for a bad group name
+    (:func:`check_group_name`).
+    """
+
+    shard_keys: ShardKeys
+    group: str = PROCESSOR_GROUP
+    """The consumer group's name on the stream, also the name in these keys."""
+
+    def __post_init__(self) -> None:
+        check_group_name(self.group)
+
+    @property
+    def shard(self) -> int:
+        """The shard number."""
+        return self.shard_keys.shard
+
+    @property
+    def stream(self) -> str:
+        """The shard's delta stream (shared by every group)."""
+        return self.shard_keys.stream
+
+    @property
+    def objects(self) -> str:
+        """The shard's known state (shared by every group)."""
+        return self.shard_keys.objects
+
+    def _key(self, suffix: str) -> str:
+        keys = self.shard_keys
+        return f"{keys.prefix}:{keys.hash_tag}:{_group_part(self.group)}{suffix}"
+
+    @property
+    def lease(self) -> str:
+        """The group's ownership lease of this shard (holder and fencing epoch)."""
+        return self._key("lease")
+
+    @property
+    def lease_epoch(self) -> str:
+        """The counter that hands out :attr:`lease`'s fencing epochs.
+
+        A separate key because the lease hash expires and the counter must not: an epoch that
+        restarted from 1 after a lapse would let a stale owner's acknowledgements through.
+        """
+        return self._key("lease_epoch")
+
+    @property
+    def dead_letters(self) -> str:
+        """The group's dead-letter stream: entries it could not decode or apply.
+
+        Each entry carries ``reason``, the original stream ``id`` and the raw payload when there
+        was one. A stream beside the shard's (same hash tag) so that parking an entry and
+        acknowledging it happen in one fenced script.
+        """
+        return self._key("dead")
+
+    def all_keys(self) -> tuple[str, ...]:
+        """Every key of this group on this shard."""
+        return (self.lease, self.lease_epoch, self.dead_letters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +281,9 @@ class ResourceKeys:
         """The leader epoch counter; never expires, so epochs only grow."""
         return f"{self.prefix}:{self.hash_tag}:epoch"
 
-    @property
-    def members(self) -> str:
-        """The processors' membership: a sorted set of member id -> heartbeat deadline (ms).
-
-        Per resource because each resource is sharded and assigned on its own; the score is a
-        deadline on Redis's clock, so no two machines' clocks are ever compared.
-        """
-        return f"{self.prefix}:{self.hash_tag}:members"
+    def group(self, group: str = PROCESSOR_GROUP) -> GroupKeys:
+        """The keys of consumer group ``group`` of this resource."""
+        return GroupKeys(self, group)
 
     def shard(self, shard: int) -> ShardKeys:
         """The keys of one shard of this resource."""
@@ -215,7 +291,37 @@ class ResourceKeys:
 
     def all_keys(self) -> tuple[str, ...]:
         """Every resource-wide key (not the shards' keys)."""
-        return (self.leader, self.epoch, self.members)
+        return (self.leader, self.epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """The keys of one consumer group of a resource: its membership and, per shard, its own
+    :class:`GroupShardKeys`. Raises ``ValueError`` for a bad group name."""
+
+    resource_keys: ResourceKeys
+    group: str = PROCESSOR_GROUP
+
+    def __post_init__(self) -> None:
+        check_group_name(self.group)
+
+    @property
+    def members(self) -> str:
+        """The group's live members: a sorted set of member id -> heartbeat deadline (ms).
+
+        Per resource and group because each group shards and assigns the resource on its own;
+        the score is a deadline on Redis's clock, so no two machines' clocks are ever compared.
+        """
+        keys = self.resource_keys
+        return f"{keys.prefix}:{keys.hash_tag}:{_group_part(self.group)}members"
+
+    def shard(self, shard: int) -> GroupShardKeys:
+        """The group's keys on one shard."""
+        return GroupShardKeys(self.resource_keys.shard(shard), self.group)
+
+    def all_keys(self) -> tuple[str, ...]:
+        """The group's resource-wide keys (not its per-shard keys)."""
+        return (self.members,)
 
 
 def _tag_and_suffix(prefix: str, name: str) -> tuple[str, str] | None:
@@ -238,7 +344,38 @@ def parse_shard_key(prefix: str, name: str) -> ShardKeys | None:
     parts = _tag_and_suffix(prefix, name)
     if parts is None or parts[1] not in SHARD_KEY_SUFFIXES:
         return None
-    resource, colon, number = parts[0].rpartition(":")
+    return _shard_of_tag(prefix, parts[0])
+
+
+def parse_group_key(prefix: str, name: str) -> GroupShardKeys | GroupKeys | None:
+    """The group key ``name`` belongs to: :class:`GroupShardKeys` for a group's per-shard key,
+    :class:`GroupKeys` for its membership; ``None`` for any other key name.
+
+    For tools that find groups by scanning (``status``, ``groups``): every name in
+    ``g.all_keys()`` parses back to ``g``.
+    """
+    parts = _tag_and_suffix(prefix, name)
+    if parts is None:
+        return None
+    tag, suffix = parts
+    group = PROCESSOR_GROUP
+    if suffix.startswith(_GROUP_INFIX):
+        group, colon, suffix = suffix[len(_GROUP_INFIX) :].partition(":")
+        if not colon or group == PROCESSOR_GROUP or _GROUP_NAME.fullmatch(group) is None:
+            return None
+    try:
+        if suffix in GROUP_KEY_SUFFIXES:
+            return GroupKeys(ResourceKeys(prefix, tag), group)
+        if suffix in GROUP_SHARD_KEY_SUFFIXES:
+            shard = _shard_of_tag(prefix, tag)
+            return None if shard is None else GroupShardKeys(shard, group)
+    except ValueError:
+        return None
+    return None
+
+
+def _shard_of_tag(prefix: str, tag: str) -> ShardKeys | None:
+    resource, colon, number = tag.rpartition(":")
     if not colon or _SHARD_NUMBER.fullmatch(number) is None:
         return None
     try:

@@ -40,7 +40,8 @@ LEASE_EPOCH: Final = "epoch"
 
 # --- consumer groups and consumers of the shard streams ---
 PROCESSOR_GROUP: Final = "processors"
-"""The one consumer group every processor reads shard streams through."""
+"""The default consumer group: processors started without ``--group`` read through it (the one
+group there was before groups existed, so its keys keep their old names)."""
 SHARD_CONSUMER: Final = "owner"
 """The consumer name of whoever owns a shard: a new owner inherits the pending entries."""
 

@@ -122,12 +122,12 @@ class _ShardReplies:
 
 def _queue_shard(pipe: Any, keys: ShardKeys) -> None:
     pipe.hgetall(keys.checkpoint)
-    pipe.hmget(keys.lease, [LEASE_HOLDER, LEASE_EPOCH])
+    pipe.hmget(keys.for_group().lease, [LEASE_HOLDER, LEASE_EPOCH])
     pipe.xinfo_stream(keys.stream)
     pipe.xinfo_groups(keys.stream)
     pipe.xpending(keys.stream, PROCESSOR_GROUP)
     pipe.hlen(keys.objects)
-    pipe.xlen(keys.dead_letters)
+    pipe.xlen(keys.for_group().dead_letters)
 
 
 _SHARD_CALLS: Final = 7
@@ -294,7 +294,7 @@ def collect_status(
         pipe.hgetall(keys.leader)
         pipe.pttl(keys.leader)
         pipe.get(keys.epoch)
-        pipe.zrange(keys.members, 0, -1, withscores=True)
+        pipe.zrange(keys.group().members, 0, -1, withscores=True)
         shards = [keys.shard(shard) for shard in range(shard_count)]
         for shard_keys in shards:
             _queue_shard(pipe, shard_keys)

@@ -31,12 +31,13 @@ def test_a_call_while_redis_is_down_is_recorded_at_once_with_the_last_own_lease(
     settings = SimpleNamespace(
         member_id="p1",
         prefix="ib",
+        group="processors",
         shard_count=SHARDS,
         redis=SimpleNamespace(url=server.url, cluster=False),
     )
     recorder = OutageRecorder(SimpleNamespace(settings=settings, resource="pods"))
     pod = {"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}}
-    lease = ShardKeys("ib", "pods", shard_for("default/a", SHARDS)).lease
+    lease = ShardKeys("ib", "pods", shard_for("default/a", SHARDS)).for_group().lease
     try:
         client = redis.Redis.from_url(server.url)
         client.hset(lease, mapping={"holder": f"p1/{os.getpid()}/x", "epoch": "3"})

@@ -95,18 +95,37 @@ def test_shard_keys_layout() -> None:
     assert keys.versions == "ib:{pods:7}:versions"
     assert keys.objects == "ib:{pods:7}:objects"
     assert keys.checkpoint == "ib:{pods:7}:checkpoint"
+    assert keys.all_keys() == (keys.stream, keys.versions, keys.objects, keys.checkpoint)
+
+
+def test_the_default_group_keeps_the_key_names_it_had_before_groups() -> None:
+    keys = ShardKeys(DEFAULT_PREFIX, "pods", 7).for_group()
+    assert keys.group == "processors"
     assert keys.lease == "ib:{pods:7}:lease"
     assert keys.lease_epoch == "ib:{pods:7}:lease_epoch"
     assert keys.dead_letters == "ib:{pods:7}:dead"
-    assert keys.all_keys() == (
-        keys.stream,
-        keys.versions,
-        keys.objects,
-        keys.checkpoint,
-        keys.lease,
-        keys.lease_epoch,
-        keys.dead_letters,
-    )
+    assert keys.all_keys() == (keys.lease, keys.lease_epoch, keys.dead_letters)
+    assert ResourceKeys(DEFAULT_PREFIX, "pods").group().members == "ib:{pods}:members"
+
+
+def test_other_groups_keys_carry_their_name_under_the_shards_tag() -> None:
+    keys = ShardKeys(DEFAULT_PREFIX, "pods", 7).for_group("audit")
+    assert keys.stream == "ib:{pods:7}:deltas"  # the stream and known state are shared
+    assert keys.objects == "ib:{pods:7}:objects"
+    assert keys.lease == "ib:{pods:7}:group:audit:lease"
+    assert keys.lease_epoch == "ib:{pods:7}:group:audit:lease_epoch"
+    assert keys.dead_letters == "ib:{pods:7}:group:audit:dead"
+    group = ResourceKeys(DEFAULT_PREFIX, "pods").group("audit")
+    assert group.members == "ib:{pods}:group:audit:members"
+    assert group.shard(7) == keys
+
+
+@pytest.mark.parametrize("name", ["", "a:b", "{x}", "a b", "-x", "x" * 64, "é"])
+def test_a_group_name_that_would_break_a_key_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="group name"):
+        ShardKeys(DEFAULT_PREFIX, "pods", 0).for_group(name)
+    with pytest.raises(ValueError, match="group name"):
+        ResourceKeys(DEFAULT_PREFIX, "pods").group(name)
 
 
 def test_resource_keys_layout() -> None:
@@ -114,8 +133,7 @@ def test_resource_keys_layout() -> None:
     assert keys.hash_tag == "{deployments.apps}"
     assert keys.leader == "ib:{deployments.apps}:leader"
     assert keys.epoch == "ib:{deployments.apps}:epoch"
-    assert keys.members == "ib:{deployments.apps}:members"
-    assert keys.all_keys() == (keys.leader, keys.epoch, keys.members)
+    assert keys.all_keys() == (keys.leader, keys.epoch)
     assert keys.shard(3) == ShardKeys("ib", "deployments.apps", 3)
     # One slot for the lease and the epoch, so one script can take both.
     assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
@@ -134,10 +152,12 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
     tags = set()
     for shard in range(32):
         keys = ShardKeys("ib", resource, shard)
-        shard_tags = {_cluster_hash_tag(key) for key in keys.all_keys()}
+        # A group's keys are in the shard's slot too: its fenced scripts span both.
+        names = [*keys.all_keys(), *keys.for_group().all_keys(), *keys.for_group("b").all_keys()]
+        shard_tags = {_cluster_hash_tag(key) for key in names}
         assert shard_tags == {keys.hash_tag.strip("{}")}
-        assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
-        assert len(set(keys.all_keys())) == 7
+        assert len({key_slot(key.encode()) for key in names}) == 1
+        assert len(set(names)) == 10
         tags |= shard_tags
     assert len(tags) == 32
 

@@ -33,7 +33,7 @@ from typing import Self, TypeVar
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
+from common.redis_layout import DEFAULT_PREFIX, PROCESSOR_GROUP, ResourceKeys, ShardKeys
 from common.wire import FIELD, DeltaEnvelope, decode_envelope
 from informer_bus.child_process import ChildProcess
 from tests.support.waiting import wait_until
@@ -108,9 +108,11 @@ class Bus:
         *,
         shard_count: int,
         prefix: str = DEFAULT_PREFIX,
+        group: str = PROCESSOR_GROUP,
     ) -> None:
         self.client = client
         self.keys = ResourceKeys(prefix, resource)
+        self.group = self.keys.group(group)
         self.shards = tuple(ShardKeys(prefix, resource, shard) for shard in range(shard_count))
 
     # streams
@@ -236,19 +238,23 @@ class Bus:
         return {
             keys.shard: (None if holder is None else _text(holder))
             for keys in self.shards
-            for holder in (self.client.hget(keys.lease, "holder"),)
+            for holder in (self.client.hget(keys.for_group(self.group.group).lease, "holder"),)
         }
 
     def shard_epochs(self) -> dict[int, int]:
         """Every shard's ownership lease epoch now (0 when the lease is free)."""
-        return {keys.shard: int(self.client.hget(keys.lease, "epoch") or 0) for keys in self.shards}
+        group = self.group.group
+        return {
+            keys.shard: int(self.client.hget(keys.for_group(group).lease, "epoch") or 0)
+            for keys in self.shards
+        }
 
     def members(self) -> list[str]:
         """The live processor members (heartbeat deadline after Redis's clock now)."""
         seconds, micros = self.client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         live: list[bytes] = self.client.zrangebyscore(  # type: ignore[assignment]
-            self.keys.members, f"({now_ms}", "+inf"
+            self.group.members, f"({now_ms}", "+inf"
         )
         return sorted(_text(member) for member in live)
 

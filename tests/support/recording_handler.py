@@ -140,7 +140,7 @@ class FileRecorder:
         self._delay = float(os.environ.get("IB_RECORD_DELAY", "0") or 0)
         self._shard_count = int(settings.shard_count)
         self._leases = [
-            ShardKeys(settings.prefix, context.resource, shard).lease
+            ShardKeys(settings.prefix, context.resource, shard).for_group(settings.group).lease
             for shard in range(self._shard_count)
         ]
         self._redis: redis.Redis = redis_client(

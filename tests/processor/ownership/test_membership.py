@@ -31,7 +31,7 @@ def member(client: redis.Redis, name: str, ttl: float = TTL) -> Membership:
 
 
 def test_key_is_the_resource_members_key(redis_client: redis.Redis) -> None:
-    assert member(redis_client, "a").key == ResourceKeys("ib", "pods").members == KEY
+    assert member(redis_client, "a").key == ResourceKeys("ib", "pods").group().members == KEY
 
 
 def test_heartbeat_records_a_deadline_on_the_redis_clock(redis_client: redis.Redis) -> None:

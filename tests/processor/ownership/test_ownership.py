@@ -329,10 +329,10 @@ def test_one_member_owns_every_shard(cluster: Cluster, redis_client: redis.Redis
     assert a.owned() == dict.fromkeys(range(SHARDS), 1)
     assert (a.acquisitions, a.losses, a.rebalances) == (SHARDS, 0, 1)
     for shard in range(SHARDS):
-        keys = ShardKeys("ib", "pods", shard)
+        keys = ShardKeys("ib", "pods", shard).for_group()
         assert redis_client.hget(keys.lease, "holder") == b"a"
         assert redis_client.get(keys.lease_epoch) == b"1"
-    assert redis_client.zscore(ResourceKeys("ib", "pods").members, "a") is not None
+    assert redis_client.zscore(ResourceKeys("ib", "pods").group().members, "a") is not None
 
 
 def test_second_member_takes_half_with_the_fewest_moves(cluster: Cluster) -> None:
@@ -404,7 +404,7 @@ def test_a_shard_is_taken_only_once_its_lease_is_free(
     cluster: Cluster, redis_server: RedisServer
 ) -> None:
     client = lease_client(redis_server.url, timeout=TIMEOUT)
-    keys = ShardKeys("ib", "pods", 3)
+    keys = ShardKeys("ib", "pods", 3).for_group()
     ghost = RedisLease(
         client, key=keys.lease, epoch_key=keys.lease_epoch, holder="ghost", duration=30
     )
@@ -431,7 +431,7 @@ def test_graceful_stop_hands_over_well_before_the_lease_expires(
     stopped_at = time.monotonic()
     b.stop()
     assert b.owned() == {}
-    assert redis_client.zscore(ResourceKeys("ib", "pods").members, "b") is None
+    assert redis_client.zscore(ResourceKeys("ib", "pods").group().members, "b") is None
     wait_until(lambda: len(a.owned()) == SHARDS, timeout=3, interval=0.005)
     took = time.monotonic() - stopped_at
     assert took < LEASE / 2, f"hand-over took {took:.2f} s"
@@ -460,7 +460,7 @@ def test_a_member_that_stops_heartbeating_is_dropped(
     a, b = cluster.make("a"), cluster.make("b")
     wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
     b.stop(release=False)
-    members = ResourceKeys("ib", "pods").members
+    members = ResourceKeys("ib", "pods").group().members
     assert redis_client.zscore(members, "b") is not None  # a crash does not leave
     wait_until(lambda: redis_client.zscore(members, "b") is None, timeout=3, interval=0.005)
 
@@ -471,7 +471,7 @@ def test_a_lease_taken_by_another_holder_is_lost_at_the_next_renewal(
     lost: list[tuple[int, float]] = []
     a = cluster.make("a", on_lost=lambda shard: lost.append((shard, time.monotonic())))
     assert a.wait_for_assignment(timeout=3)
-    keys = ShardKeys("ib", "pods", 5)
+    keys = ShardKeys("ib", "pods", 5).for_group()
     # What an expired-and-retaken lease looks like (only a stall past the lease could do this).
     redis_client.hset(keys.lease, mapping={"holder": "intruder", "epoch": 99})
     taken_at = time.monotonic()
@@ -490,7 +490,7 @@ def test_a_lapsed_lease_renewed_with_a_new_epoch_is_a_new_ownership(
 ) -> None:
     a = cluster.make("a")
     assert a.wait_for_assignment(timeout=3)
-    redis_client.delete(ShardKeys("ib", "pods", 7).lease)  # as if it had expired
+    redis_client.delete(ShardKeys("ib", "pods", 7).for_group().lease)  # as if it had expired
     wait_until(lambda: a.owned().get(7) == 2, timeout=2, interval=0.005)
     assert (a.acquisitions, a.losses) == (SHARDS + 1, 1)
     ends = [i for i in log.intervals if i.shard == 7]
@@ -508,7 +508,7 @@ def test_a_lapsed_ownership_ends_before_its_next_epoch_is_taken(
     handler calls still ran, so they ran under the new epoch -- before its takeover had
     delivered the initial list: "update of an object the store did not have" in the chaos
     checks, and a call of an ended ownership attributed to the next one."""
-    keys = ShardKeys("ib", "pods", 7)
+    keys = ShardKeys("ib", "pods", 7).for_group()
     seen_at_loss: list[tuple[bytes | None, bytes | None]] = []
 
     def on_lost(shard: int) -> None:

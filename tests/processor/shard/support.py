@@ -21,7 +21,7 @@ from common.compact_store import CompactIndexer
 from common.lease import RedisLease
 from common.redis_config import lease_client
 from common.redis_layout import PROCESSOR_GROUP as GROUP
-from common.redis_layout import ShardKeys
+from common.redis_layout import GroupShardKeys, ShardKeys
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
 from processor_svc.dispatch import HandlerDispatcher
@@ -40,7 +40,9 @@ class Shard:
 
     client: redis.Redis
     url: str
-    keys: ShardKeys = field(default_factory=lambda: ShardKeys("ib", RESOURCE, 0))
+    keys: GroupShardKeys = field(
+        default_factory=lambda: GroupShardKeys(ShardKeys("ib", RESOURCE, 0))
+    )
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -91,7 +93,9 @@ class Shard:
         return [{k.decode(): v for k, v in fields.items()} for _, fields in entries]
 
     def sample(self, name: str, **labels: str) -> float:
-        value = self.registry.get_sample_value(name, {"resource": RESOURCE, **labels})
+        value = self.registry.get_sample_value(
+            name, {"resource": RESOURCE, "group": GROUP, **labels}
+        )
         return 0.0 if value is None else value
 
     def dispatcher(self, *handlers: tuple[str, Any], **kwargs: Any) -> HandlerDispatcher:

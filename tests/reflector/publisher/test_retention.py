@@ -111,11 +111,26 @@ def test_a_dead_group_is_overridden_by_the_hard_cap(redis_client: redis.Redis) -
     ids = fill(redis_client, 300)
     redis_client.xgroup_create(KEYS.stream, "dead", id="0")  # never reads
     result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
-    assert result == TrimResult(200, True, True, 100)
+    assert result == TrimResult(200, True, True, 100, ("dead",), ("dead",))
     assert stream_ids(redis_client) == ids[-100:]
     # The group silently skips to the oldest entry left: hence the report, and a resync.
     read = redis_client.xreadgroup("dead", "c", {KEYS.stream: ">"}, count=1)
     assert read[0][1][0][0] == ids[200]
+
+
+def test_the_hard_cap_names_only_the_groups_that_lost_entries(redis_client: redis.Redis) -> None:
+    ids = fill(redis_client, 300)
+    for group, count in (("audit", 300), ("stuck", 150), ("never-read", 0)):
+        redis_client.xgroup_create(KEYS.stream, group, id="0")
+        if count:
+            read = redis_client.xreadgroup(group, "c", {KEYS.stream: ">"}, count=count)
+            redis_client.xack(KEYS.stream, group, *[entry_id for entry_id, _ in read[0][1]])
+    # "stuck" acknowledged entries up to 150, so losing 0..199 costs it 50 undelivered ones.
+    result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
+    assert result == TrimResult(
+        200, True, True, 100, ("never-read", "stuck"), ("never-read", "stuck")
+    )
+    assert stream_ids(redis_client) == ids[-100:]
 
 
 def test_a_hard_cap_that_only_loses_pending_entries(redis_client: redis.Redis) -> None:
@@ -123,7 +138,7 @@ def test_a_hard_cap_that_only_loses_pending_entries(redis_client: redis.Redis) -
     redis_client.xgroup_create(KEYS.stream, "slow", id="0")
     redis_client.xreadgroup("slow", "c", {KEYS.stream: ">"}, count=300)  # never acknowledged
     result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
-    assert result == TrimResult(200, True, False, 100)
+    assert result == TrimResult(200, True, False, 100, ("slow",), ())
 
 
 def test_the_hard_cap_cleaning_up_approximate_slack_is_not_forced(
@@ -191,10 +206,13 @@ def test_retention_loop_trims_every_shard_counts_and_stops_cleanly(
     assert not loop.is_alive()
     assert [shard for shard, _ in seen] == [0, 1, 2]
     assert all(result.length <= 20 + SLACK for _, result in seen[:2])
-    assert seen[2][1] == TrimResult(70, True, True, 50)
+    assert seen[2][1] == TrimResult(70, True, True, 50, ("dead",), ("dead",))
     assert (loop.forced_trims, loop.undelivered_trims, loop.errors) == (1, 1, 1)
     assert loop.trimmed_entries == sum(result.trimmed for _, result in seen)
-    assert any("hard cap 50 forced a trim of ib:{pods:2}:deltas" in m for m in caplog.messages)
+    assert any(
+        "hard cap 50 forced a trim of ib:{pods:2}:deltas: consumer group(s) dead lost" in m
+        for m in caplog.messages
+    )
     assert any("trimming ib:{pods:3}:deltas failed" in m for m in caplog.messages)
 
 
