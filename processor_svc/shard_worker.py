@@ -477,57 +477,31 @@ class ShardWorker:
         applied: collections.Counter[DeltaType],
         observed_at: list[float],
     ) -> None:
-        store, forwarder, max_bytes, stop, keeps_envelopes = (
-            self._store,
-            self._forwarder,
-            self._max_bytes,
-            self._stop,
-            self._keeps_envelopes,
-        )
+        forwarder, stop = self._forwarder, self._stop
         forwarder.pending.clear()  # left over only by a batch that failed half-way
         # Each entry's own hold is released once its notifications are queued (after the
         # batch): a token must not complete before every handler holds it.
         queued: list[AckToken] = []
-        view, skipped = self._view, 0
+        skipped = 0
         for raw_id, fields in entries:
             if stop.is_set():
                 return  # stopping: nothing of this batch is delivered, its entries stay pending
             entry_id = as_text(raw_id)
             self._last_id = entry_id
-            if view is not None:
-                routing = self._routed(view, entry_id, fields, tracker)
-                if routing is None:
-                    continue  # parked
-                routed, data = routing
-                if routed.delta is None:  # outside the view: acknowledged with the others
-                    tracker.register(entry_id).release()
-                    skipped += 1
-                    continue
-                token = tracker.register(entry_id)
-                forwarder.token = token
-                queued.append(token)
-                packed = data if keeps_envelopes and routed.packed_as_is else None
-                if self._applied(entry_id, fields, routed.delta, routed.key, packed):
-                    applied[routed.type] += 1
-                    observed_at.append(routed.observed_at)
-                continue
-            try:
-                if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
-                    packed = fields[1]  # the usual layout
-                    envelope = decode_envelope(packed, max_bytes)
-                else:
-                    envelope = envelope_from_fields(as_mapping(fields), max_bytes)
-                    packed = payload_of(fields)
-            except WireDecodeError as err:
-                self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
+            routing = self._route(entry_id, fields, tracker)
+            if routing is None:
+                continue  # parked
+            routed, packed = routing
+            if routed.delta is None:  # outside the view: acknowledged with the others
+                tracker.register(entry_id).release()
+                skipped += 1
                 continue
             token = tracker.register(entry_id)
             forwarder.token = token
             queued.append(token)
-            delta, packed = envelope.to_delta(), packed if keeps_envelopes else None
-            if self._applied(entry_id, fields, delta, envelope.key, packed):
-                applied[envelope.type] += 1
-                observed_at.append(envelope.observed_at)
+            if self._applied(entry_id, fields, routed.delta, routed.key, packed):
+                applied[routed.type] += 1
+                observed_at.append(routed.observed_at)
         if skipped:
             self._m.skipped.inc(skipped)
         if not forwarder.flush():
@@ -535,22 +509,31 @@ class ShardWorker:
         for token in queued:
             token.release()
 
-    def _routed(
-        self, view: GroupView, entry_id: str, fields: Any, tracker: AckTracker
-    ) -> tuple[Routed, bytes] | None:
-        """The entry through the group's view, and its bytes; ``None`` for a poison entry
-        (parked)."""
+    def _route(
+        self, entry_id: str, fields: Any, tracker: AckTracker
+    ) -> tuple[Routed, bytes | None] | None:
+        """What the entry means for this group, and the bytes a store that keeps entries
+        keeps of it; ``None`` for a poison entry (parked). Without a view the entry is decoded
+        whole, as it is always kept."""
+        max_bytes, view = self._max_bytes, self._view
         try:
             if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
                 data = fields[1]  # the usual layout
+                envelope = None if view is not None else decode_envelope(data, max_bytes)
             else:
-                envelope_from_fields(as_mapping(fields), self._max_bytes)  # says what is wrong
+                envelope = envelope_from_fields(as_mapping(fields), max_bytes)
                 data = payload_of(fields)
-                assert data is not None  # envelope_from_fields refuses an entry without one
-            return view.route(data, self._store, self._max_bytes), data
+            if view is not None:
+                routed = view.route(data, self._store, max_bytes)
+            else:
+                assert envelope is not None
+                routed = Routed(
+                    envelope.to_delta(), envelope.key, envelope.type, envelope.observed_at, True
+                )
         except WireDecodeError as err:
             self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
             return None
+        return routed, data if self._keeps_envelopes and routed.packed_as_is else None
 
     def _applied(
         self, entry_id: str, fields: Any, delta: Delta, key: str, packed: bytes | None

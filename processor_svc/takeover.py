@@ -40,9 +40,9 @@ from typing import Any, Final, Protocol
 from redis.exceptions import ResponseError
 
 from common.deltas import DeltaType
+from common.keys import Obj
 from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
 from common.store import IndexFuncError
-from common.keys import Obj
 from common.wire import (
     DeltaEnvelope,
     WireDecodeError,
@@ -322,18 +322,18 @@ class Takeover:
                     continue
                 if envelope.key in snapshot_keys:
                     continue
+                selection, obj = self._view, envelope.obj
                 if envelope.type is DeltaType.DELETED:
-                    selected = self._view is None or envelope.obj is None
-                    if selected or self._view.selects(envelope.obj):  # type: ignore[union-attr]
+                    if selection is None or obj is None or selection.selects(obj):
                         deletions.pop(envelope.key, None)  # re-inserted: by last deletion
                         deletions[envelope.key] = envelope
                         last_selected.pop(envelope.key, None)
-                elif self._view is not None and envelope.obj is not None:
-                    # Not in the selected snapshot: if this state was selected, the key left
-                    # the view (or was deleted) after it; its last selected state is gone.
-                    if self._view.selects(envelope.obj):
-                        deletions.pop(envelope.key, None)
-                        last_selected[envelope.key] = envelope
+                elif selection is not None and obj is not None and selection.selects(obj):
+                    # Not in the selected snapshot: the key left the view (or was deleted)
+                    # after this selected state, which the previous owner may have delivered.
+                    deletions.pop(envelope.key, None)
+                    last_selected.pop(envelope.key, None)  # re-inserted: in their order
+                    last_selected[envelope.key] = envelope
             if len(rows) < _RANGE_CHUNK:
                 break
             cursor = "(" + as_text(rows[-1][0])

@@ -21,8 +21,7 @@ entries the group keeps (or for a v1 entry, whose header is the whole document).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj
@@ -44,10 +43,10 @@ class HeldObjects(Protocol):
     def get_by_key(self, key: str) -> Obj | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Routed:
+class Routed(NamedTuple):
     """What one stream entry means to the group: the delta to apply (``None``: outside the
-    view, acknowledge it and move on), and what the worker counts it by."""
+    view, acknowledge it and move on), and what the worker counts it by. A named tuple: one
+    is built per entry (the cheapest record to construct)."""
 
     delta: Delta | None
     key: str
@@ -82,9 +81,7 @@ class GroupView:
             field_selector, supported_fields(resource), resource=resource
         )
         self.projection = Projection.parse(project)
-        self.selects_everything: Final = (
-            not namespace and self.labels.empty and self.fields.empty
-        )
+        self.selects_everything: Final = not namespace and self.labels.empty and self.fields.empty
         """No selection: every object is kept (a projection may still apply)."""
         self.is_identity: Final = self.selects_everything and self.projection.is_full
         """Neither selection nor projection: the worker skips the view altogether."""

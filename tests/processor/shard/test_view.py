@@ -9,7 +9,7 @@ import pytest
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.selectable_fields import field_values
+from common.selectable_fields import header_fields
 from common.store import Indexer
 from common.wire import DeltaEnvelope, encode_envelope
 from processor_svc.view import GroupView
@@ -44,8 +44,10 @@ def entry(kind: DeltaType, obj: Obj, *, tombstone: bool = False) -> PendingDelta
     meta = obj["metadata"]
     key = f"{meta['namespace']}/{meta['name']}"
     envelope = DeltaEnvelope(kind, key, meta["resourceVersion"], meta["uid"], obj, TS, tombstone)
-    fields = field_values(RESOURCE, obj)
-    return PendingDelta(kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields))
+    fields = header_fields(RESOURCE, obj)
+    return PendingDelta(
+        kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields)
+    )
 
 
 def run(shard: Shard, view: GroupView, *batches: list[PendingDelta]) -> tuple[Recorder, Indexer]:
