@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final, Literal
 
-__all__ = ["SelectableField", "field_values", "selectable_fields", "supported_fields"]
+__all__ = [
+    "SelectableField",
+    "field_values",
+    "header_fields",
+    "selectable_fields",
+    "supported_fields",
+]
 
 Kind = Literal["str", "bool", "int"]
 _ZERO: Final[dict[str, str]] = {"str": "", "bool": "false", "int": "0"}
@@ -198,4 +204,17 @@ def field_values(resource_id: str, obj: Mapping[str, Any]) -> dict[str, str]:
             values[label] = node
         else:
             values[label] = "true" if node is True else "false" if node is False else str(node)
+    return values
+
+
+def header_fields(resource_id: str, obj: Mapping[str, Any]) -> dict[str, str] | None:
+    """The values a stream entry's header carries for field selectors: the type's own fields
+    (``spec.nodeName``, ``status.phase``...), not ``metadata.*`` (the header's key says those);
+    ``None`` for a resource without any, so its headers stay as small as they can be."""
+    _, rest = _plan(resource_id)
+    if not rest:
+        return None
+    values = field_values(resource_id, obj)
+    del values["metadata.name"]
+    values.pop("metadata.namespace", None)
     return values

@@ -121,6 +121,25 @@ def test_bad_numbers_are_a_one_line_error(
     assert expected in line  # names the setting (the wording is the settings' business)
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--label-selector", "app in (a"], 'label selector "app in (a": unclosed "("'),
+        (["--label-selector", "app=web,,x"], 'label selector "app=web,,x"'),
+        (["--field-selector", "spec.foo=x"], "field label not supported for pods: spec.foo"),
+        (["--project", "spec..x"], "spec..x"),
+        (["--project", ""], "project"),
+        (["--group", "a:b"], "group name 'a:b' is invalid"),
+    ],
+    ids=["unclosed-set", "empty-term", "unknown-field", "empty-path-part", "empty", "group"],
+)
+def test_a_malformed_view_or_group_is_a_one_line_error_naming_the_mistake(
+    args: list[str], expected: str
+) -> None:
+    line = _one_line_error(_run(CONSOLE, "--handler", EXAMPLE, *args))
+    assert expected in line
+
+
 def test_a_flag_that_does_not_parse_is_an_argparse_error_without_traceback() -> None:
     result = _run(MODULE, "--handler", EXAMPLE, "--lease-duration", "long")
     assert result.returncode == 2
