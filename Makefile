@@ -12,7 +12,7 @@ help:
 	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
 	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
-	@echo "make bench-groups - processor groups with views beside an unfiltered one (~2 min; GROUPS_ARGS=--quick)"
+	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
 	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
 	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"

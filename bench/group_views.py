@@ -23,14 +23,23 @@ What runs:
 
    After the sync: each processor's VmRSS and the pods its handler was given (the initial
    list's adds), checked against the simulator's own list of what the view selects.
-3. ``--updates`` pod updates as one watch burst (``bench/sim_control.py``). Each processor's
-   CPU (user + system, ``/proc``) from just before the burst until its group has consumed every
-   entry of it: on every shard, the consumer group delivered up to the stream's last entry and
-   has none pending (``bench/group_progress.py``). CPU per stream entry divides by
-   ``--updates``: every group reads every entry; only what it does with one differs.
-4. Ratios, measured in this run: ``filtered`` CPU per entry / ``full`` CPU per entry (target
-   <= 0.25); cache bytes per pod = (RSS - ``empty``'s RSS) / pods held, ``metadata`` / ``full``
-   (target <= 0.15). PASS or MISS is printed; the exit status is 0 either way (a measurement),
+3. ``--updates`` pod updates as one watch burst (``bench/sim_control.py``), twice:
+
+   * **as they arrive** (the issue's figure): the processors read while the reflector
+     publishes, so a group that keeps up reads small batches;
+   * **as a backlog**: the processors are stopped (SIGSTOP) until the whole burst is in Redis,
+     then read it in full batches, as after a pause; it tells the cost per entry apart from
+     the cost per read.
+
+   Each processor's CPU (user + system, ``/proc``) from just before the burst until its group
+   has consumed every entry of it: on every shard, the consumer group delivered up to the
+   stream's last entry and has none pending (``bench/group_progress.py``). CPU per stream entry
+   divides by ``--updates``: every group reads every entry; only what it does with one differs.
+   Last, each processor's CPU over 3 idle seconds (heartbeats, lease renewals, reads timing out).
+4. Ratios, measured in this run: ``filtered`` CPU per entry / ``full`` CPU per entry, as
+   they arrive (target <= 0.25; the backlog's is reported beside it); cache bytes per pod =
+   (RSS - ``empty``'s RSS) / pods held, ``metadata`` / ``full`` (target <= 0.15). PASS or MISS
+   is printed; the exit status is 0 either way (a measurement),
    1 only when something went wrong (a child died, a count did not add up).
 """
 
@@ -38,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
 import sys
 import time
 import urllib.parse
@@ -54,7 +65,7 @@ from harness import BenchError, start_simulator_and_redis
 from pipeline import start_reflector
 from proc_stats import memory_kb, process_cpu_seconds
 from processor_group import TRIVIAL, Group, group_running, wait_synced
-from reflector_child import SHARDS, last_ids, stream_entries
+from reflector_child import SHARDS, ReflectorChild, last_ids, stream_entries
 from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import RESOURCE, Sim
@@ -63,6 +74,11 @@ from informer_bus.apiserver_sim import SimulatorSettings
 
 KEPT_NAMESPACE = "ns-03"
 NO_PODS_NAMESPACE = "ns-without-pods"
+IDLE_SECONDS = 3.0
+PATIENT = {"member-ttl": 120, "lease-duration": 180, "renew-deadline": 150}
+"""Membership and lease timeouts that outlast the backlog burst's SIGSTOP (the heartbeat and
+renewal intervals, which cost CPU, keep their defaults): a paused processor must come back
+still owning its shards, not to a takeover that would re-deliver the initial list."""
 POLL_INTERVAL = 0.02
 """Seconds between looks at the consumer groups while the burst drains: the CPU span of a
 group ends at most this long after it caught up."""
@@ -153,9 +169,106 @@ def drain(
     return done
 
 
+@dataclass
+class Bus:
+    """What a burst runs through: the simulator, the reflector's Redis and one group per view."""
+
+    sim: Sim
+    client: redis.Redis
+    reflector: ReflectorChild
+    groups: dict[str, Group]
+    selected: dict[str, set[str]]
+    published: int
+    """Stream entries so far (retention is off: every delta stays)."""
+
+    def pids(self) -> dict[str, int]:
+        return {name: group.children[0].pid for name, group in self.groups.items()}
+
+    def signal(self, signum: signal.Signals) -> None:
+        for pid in self.pids().values():
+            os.kill(pid, signum)
+
+
+def burst_through(bus: Bus, count: int, seed: int, *, backlog: bool) -> dict[str, dict[str, Any]]:
+    """``count`` updates through every group; per group its CPU until it consumed them all.
+
+    ``backlog``: the processors are stopped (SIGSTOP) until the reflector published the whole
+    burst, so each reads it in full batches, as after a pause or behind a slow handler; else
+    they read as the entries arrive, which for a group that keeps up means small batches."""
+    names = list(bus.groups)
+    before_ids = last_ids(bus.client)
+    read_before = positions(bus.client, names)
+    handled_before = {name: group.counts().get("updates", 0) for name, group in bus.groups.items()}
+    for group in bus.groups.values():
+        group.mark()
+    if backlog:
+        bus.signal(signal.SIGSTOP)
+    try:
+        cpu_before = {name: process_cpu_seconds(pid) for name, pid in bus.pids().items()}
+        started = time.monotonic()
+        bus.sim.burst(count, seed)
+        wait_for(
+            lambda: stream_entries(bus.client) >= bus.published + count,
+            "the reflector to publish the burst",
+            timeout_for(count),
+            alive=bus.reflector.check_alive,
+        )
+        if backlog:
+            started = time.monotonic()
+            bus.signal(signal.SIGCONT)
+        done = drain(bus.client, bus.groups, cpu_before, timeout_for(count))
+    finally:
+        if backlog:
+            bus.signal(signal.SIGCONT)
+    bus.published += count
+    if (entries := stream_entries(bus.client)) != bus.published:
+        raise BenchError(f"{entries} stream entries, {bus.published} expected")
+    read_after = positions(bus.client, names)
+    touched = list(keys_after(bus.client, before_ids))
+    out = {}
+    for name, group in bus.groups.items():
+        cpu, finished = done[name]
+        expected = sum(1 for key in touched if key in bus.selected[name])
+        wait_counts(group, name, "updates", handled_before[name] + expected)
+        before, after = read_before[name].entries_read, read_after[name].entries_read
+        out[name] = {
+            "updates_handled": group.updates_seen(),
+            "entries_read": None if before is None or after is None else after - before,
+            "cpu_s": round(cpu, 3),
+            "seconds": round(finished - started, 3),
+        }
+    bus.reflector.check_alive()
+    return out
+
+
+def idle_cpu(bus: Bus, seconds: float) -> dict[str, float]:
+    """CPU ms per second each processor spends with nothing to read (heartbeats, lease
+    renewals, blocking reads timing out): part of every span, whatever the view."""
+    before = {name: process_cpu_seconds(pid) for name, pid in bus.pids().items()}
+    time.sleep(seconds)
+    return {
+        name: round((process_cpu_seconds(pid) - before[name]) / seconds * 1000, 1)
+        for name, pid in bus.pids().items()
+    }
+
+
+def start_groups(
+    args: argparse.Namespace, redis_url: str, workdir: Path, stack: contextlib.ExitStack
+) -> dict[str, Group]:
+    groups: dict[str, Group] = {}
+    for view in VIEWS:
+        flags = {"group": view.name, **PATIENT, **view.flags}
+        groups[view.name] = stack.enter_context(
+            group_running(1, TRIVIAL, redis_url, workdir, view.name, flags=flags)
+        )
+    for view in VIEWS:
+        wait_synced(groups[view.name], args.pods)
+    return groups
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     settings = SimulatorSettings(
-        history_max_events=max(100_000, 2 * args.updates), history_max_age=3600.0
+        history_max_events=max(100_000, 4 * args.updates), history_max_age=3600.0
     )
     with contextlib.ExitStack() as stack:
         process, server = start_simulator_and_redis(stack, settings, workdir)
@@ -169,14 +282,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         selected = {view.name: selected_keys(sim, view) for view in VIEWS}
 
         progress(args, f"{len(VIEWS)} groups of 1 processor: initial sync")
-        groups: dict[str, Group] = {}
-        for view in VIEWS:
-            flags = {"group": view.name, **view.flags}
-            groups[view.name] = stack.enter_context(
-                group_running(1, TRIVIAL, server.url, workdir, view.name, flags=flags)
-            )
-        for view in VIEWS:
-            wait_synced(groups[view.name], args.pods)
+        groups = start_groups(args, server.url, workdir, stack)
         rows: dict[str, dict[str, Any]] = {}
         for view in VIEWS:
             group = groups[view.name]
@@ -189,39 +295,17 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "rss_kb": memory_kb(group.children[0].pid, "VmRSS"),
             }
         reflector.check_alive()
+        bus = Bus(sim, client, reflector, groups, selected, published=args.pods)
 
-        progress(args, f"burst of {args.updates:,} updates through every group")
-        names = [view.name for view in VIEWS]
-        before_ids = last_ids(client)
-        read_before = positions(client, names)
-        for group in groups.values():
-            group.mark()
-        cpu_before = {name: process_cpu_seconds(g.children[0].pid) for name, g in groups.items()}
-        started = time.monotonic()
-        sim.burst(args.updates, seed=100)
-        wait_for(
-            lambda: stream_entries(client) >= args.pods + args.updates,
-            "the reflector to publish the burst",
-            timeout_for(args.updates),
-            alive=reflector.check_alive,
-        )
-        done = drain(client, groups, cpu_before, timeout_for(args.updates))
-        if (entries := stream_entries(client)) != args.pods + args.updates:
-            raise BenchError(f"{entries - args.pods} stream entries for {args.updates} updates")
-        read_after = positions(client, names)
-        touched = list(keys_after(client, before_ids))
-        for view in VIEWS:
-            row, (cpu, finished) = rows[view.name], done[view.name]
-            expected = sum(1 for key in touched if key in selected[view.name])
-            before, after = read_before[view.name].entries_read, read_after[view.name].entries_read
-            wait_counts(groups[view.name], view.name, "updates", expected)
-            row.update(
-                updates_handled=groups[view.name].updates_seen(),
-                entries_read=None if before is None or after is None else after - before,
-                cpu_s=round(cpu, 3),
-                seconds=round(finished - started, 3),
-            )
-        reflector.check_alive()
+        progress(args, f"burst of {args.updates:,} updates, read as they arrive")
+        for name, figures in burst_through(bus, args.updates, 100, backlog=False).items():
+            rows[name].update(figures)
+        progress(args, f"burst of {args.updates:,} updates, read as a backlog")
+        for name, figures in burst_through(bus, args.updates, 101, backlog=True).items():
+            rows[name]["backlog"] = figures
+        progress(args, f"idle CPU over {IDLE_SECONDS:g} s")
+        for name, ms_per_s in idle_cpu(bus, IDLE_SECONDS).items():
+            rows[name]["idle_cpu_ms_per_s"] = ms_per_s
     return {
         "machine": machine(),
         "sizes": {
