@@ -26,7 +26,7 @@ from common.settings import (
     same_as,
     settings_from_args,
 )
-from informer_bus.discovery import discover_resources
+from informer_bus.discovery import discover
 from informer_bus.status.collect import collect_status, status_client
 from informer_bus.status.render import render_json, render_table
 from informer_bus.subcommand import Subcommand
@@ -37,7 +37,8 @@ PROGRAM: Final = "informer-bus status"
 
 HELP = (
     "Show the pipeline's state from Redis: per resource the reflector leader, last RV and last "
-    "list; per shard the owner, lag and synced flag; per processor its heartbeat and shards."
+    "list; per shard its checkpoint and stream; per consumer group (each processor group and "
+    "durable subscriber) its members, owned shards, lag, synced flag and dead letters."
 )
 
 
@@ -97,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         return fail(PROGRAM, _one_line(exc))
     where = redacted_url(settings.redis.url)
     try:
-        found = discover_resources(client, settings.prefix)
+        discovered = discover(client, settings.prefix)
+        found = discovered.resources
         wanted = found
         if settings.resource:
             missing = [name for name in settings.resource if name not in found]
@@ -113,6 +115,7 @@ def _run(args: argparse.Namespace) -> int:
             client,
             prefix=settings.prefix,
             resources=wanted,
+            groups=discovered.groups,
             member_ttl=settings.member_ttl,
             redis_url=settings.redis.url,
         )
