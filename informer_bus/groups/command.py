@@ -17,23 +17,21 @@ from typing import Final
 import orjson
 import redis
 
-from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.redis_config import redacted_url
 from common.redis_layout import PROCESSOR_GROUP, check_group_name
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
-from common.settings import (
-    ENV_PREFIX,
-    BusSettings,
-    MembershipTiming,
-    SettingsError,
-    add_flags,
-    same_as,
-    settings_from_args,
-)
+from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from informer_bus.discovery import Discovered, discover
 from informer_bus.groups.delete import DeleteResult, delete_group
-from informer_bus.status.collect import collect_status, status_client
-from informer_bus.status.model import GroupStatus, StatusSnapshot
+from informer_bus.status.command import (
+    SnapshotSettings,
+    one_line,
+    read_snapshot,
+    redis_failure,
+    snapshot_client,
+)
+from informer_bus.status.model import GroupStatus
 from informer_bus.status.render import group_summary
 from informer_bus.subcommand import Subcommand
 
@@ -61,36 +59,17 @@ _DELETE_HELP = (
 
 
 @dataclass(frozen=True)
-class GroupsSettings(BusSettings):
+class GroupsSettings(SnapshotSettings):
     """The ``groups`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
 
-    output: str = field(
-        default="table", metadata={"help": "list: table (for people) or json (for scripts)"}
-    )
-    member_ttl: float = same_as(
-        MembershipTiming,
-        "member_ttl",
-        "the processors' --member-ttl, to turn heartbeat deadlines into heartbeat ages",
-    )
     force: bool = field(
         default=False,
         metadata={"help": "delete: even with live members, and the default group 'processors'"},
     )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.output not in ("table", "json"):
-            raise SettingsError(f"--output must be table or json, got {self.output!r}")
-        if not self.member_ttl > 0:
-            raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
-
 
 class _Missing(Exception):
     """The resource or group asked for does not exist: exit status 1."""
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -133,19 +112,6 @@ def _find(found: Discovered, resource: str, prefix: str, where: str) -> int:
     return found.resources[resource]
 
 
-def _snapshot(
-    client: redis.Redis, settings: GroupsSettings, found: Discovered, resources: dict[str, int]
-) -> StatusSnapshot:
-    return collect_status(
-        client,
-        prefix=settings.prefix,
-        resources=resources,
-        groups=found.groups,
-        member_ttl=settings.member_ttl,
-        redis_url=settings.redis.url,
-    )
-
-
 def _list(client: redis.Redis, settings: GroupsSettings, resource: str | None, where: str) -> int:
     found = discover(client, settings.prefix)
     wanted = dict(found.resources)
@@ -153,7 +119,7 @@ def _list(client: redis.Redis, settings: GroupsSettings, resource: str | None, w
         wanted = {resource: _find(found, resource, settings.prefix, where)}
     elif not wanted:
         raise _Missing(f"no informer-bus resources under prefix {settings.prefix!r} in {where}")
-    snapshot = _snapshot(client, settings, found, wanted)
+    snapshot = read_snapshot(client, settings, found, wanted)
     if settings.output == "json":
         document = {
             "redis_url": snapshot.redis_url,
@@ -175,7 +141,7 @@ def _delete(
 ) -> int:
     found = discover(client, settings.prefix)
     shard_count = _find(found, resource, settings.prefix, where)
-    [status] = _snapshot(client, settings, found, {resource: shard_count}).resources
+    [status] = read_snapshot(client, settings, found, {resource: shard_count}).resources
     group: GroupStatus | None = status.group(name)
     if group is None:
         known = ", ".join(g.name for g in status.groups) or "none"
@@ -229,12 +195,9 @@ def _run(args: argparse.Namespace) -> int:
         resource = args.groups_resource
         resource = None if resource is None else _resource_id(resource)
         name = None if action == "list" else check_group_name(args.groups_name)
-        connection = settings.redis
-        client = status_client(
-            connection.url, cluster=connection.cluster, **connection_kwargs(connection)
-        )
+        client = snapshot_client(settings)
     except (SettingsError, ValueError) as exc:
-        return fail(PROGRAM, _one_line(exc))
+        return fail(PROGRAM, one_line(exc))
     where = redacted_url(settings.redis.url)
     try:
         if name is None:
@@ -245,8 +208,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
-        reason = describe_redis_error(exc) or _one_line(exc)
-        return fail(PROGRAM, f"cannot read Redis at {where}: {reason}")
+        return redis_failure(PROGRAM, exc, where)
     finally:
         client.close()
 
