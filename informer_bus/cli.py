@@ -1,7 +1,7 @@
 """The ``informer-bus`` command.
 
 Subcommands register themselves in :data:`SUBCOMMANDS`; each later capability (simulator,
-reflector, processor, demo, subscribe, status) adds one. A user mistake on the command line
+reflector, processor, demo, subscribe, status, groups) adds one. A user mistake on the command line
 ends with a one-line message and exit status 2, never a traceback.
 """
 
@@ -15,6 +15,7 @@ from typing import Protocol
 from informer_bus import __version__
 from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.demo.command import DEMO
+from informer_bus.groups.command import GROUPS
 from informer_bus.status.command import STATUS
 from informer_bus.subcommand import Subcommand
 from informer_bus.subscribe_command import SUBSCRIBE
@@ -57,6 +58,7 @@ SUBCOMMANDS.append(_service("processor", processor_cli))
 SUBCOMMANDS.append(SUBSCRIBE)
 SUBCOMMANDS.append(DEMO)
 SUBCOMMANDS.append(STATUS)
+SUBCOMMANDS.append(GROUPS)
 
 
 def build_parser() -> argparse.ArgumentParser:

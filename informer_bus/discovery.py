@@ -1,4 +1,5 @@
-"""What a Redis holds under a key prefix, found by ``SCAN``: the resources and their shards.
+"""What a Redis holds under a key prefix, found by ``SCAN``: the resources, their shards and
+the consumer groups that have keys of their own.
 
 No registry of resources exists in Redis (none is needed by the services), so the tools that
 look at a pipeline from outside (``status``, ``subscribe``) find it from the key names,
@@ -9,6 +10,7 @@ informer-bus keys match; on a Redis Cluster redis-py scans every primary.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import redis
 
@@ -21,7 +23,7 @@ from common.redis_layout import (
     parse_shard_key,
 )
 
-__all__ = ["discover_resources", "discover_shard_count"]
+__all__ = ["Discovered", "discover", "discover_resources", "discover_shard_count"]
 
 # Redis glob metacharacters, escaped so that a prefix or resource id is matched literally.
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\^])")
@@ -38,22 +40,44 @@ def _names(client: redis.Redis, pattern: str) -> list[str]:
     ]
 
 
-def discover_resources(client: redis.Redis, prefix: str) -> dict[str, int]:
-    """Every resource with informer-bus keys under ``prefix``, with its shard count (the
-    highest shard number found plus one; 0 when only resource-wide keys exist)."""
-    found: dict[str, int] = {}
+@dataclass
+class Discovered:
+    """What one scan found under a prefix."""
+
+    resources: dict[str, int] = field(default_factory=dict)
+    """Resource id -> shard count (the highest shard number found plus one; 0 when only
+    resource-wide keys exist), sorted by id."""
+    groups: dict[str, set[str]] = field(default_factory=dict)
+    """Resource id -> the consumer groups with keys of their own (membership, a shard lease,
+    an epoch counter, dead letters). A group that is only a consumer group on the streams has
+    none: XINFO GROUPS finds it (``status`` reads it anyway)."""
+
+
+def discover(client: redis.Redis, prefix: str) -> Discovered:
+    """Every resource and every group with informer-bus keys under ``prefix``, in one scan."""
+    found = Discovered()
+    shards = found.resources
     for name in _names(client, f"{_glob_literal(prefix)}:{{*}}:*"):
         shard = parse_shard_key(prefix, name)
         if shard is not None:
-            found[shard.resource] = max(found.get(shard.resource, 0), shard.shard + 1)
+            shards[shard.resource] = max(shards.get(shard.resource, 0), shard.shard + 1)
         elif (resource := parse_resource_key(prefix, name)) is not None:
-            found.setdefault(resource.resource, 0)
+            shards.setdefault(resource.resource, 0)
         elif isinstance(group := parse_group_key(prefix, name), GroupShardKeys):
             keys = group.shard_keys
-            found[keys.resource] = max(found.get(keys.resource, 0), keys.shard + 1)
+            shards[keys.resource] = max(shards.get(keys.resource, 0), keys.shard + 1)
+            found.groups.setdefault(keys.resource, set()).add(group.group)
         elif isinstance(group, GroupKeys):  # a processor waiting for its first list
-            found.setdefault(group.resource_keys.resource, 0)
-    return dict(sorted(found.items()))
+            shards.setdefault(group.resource_keys.resource, 0)
+            found.groups.setdefault(group.resource_keys.resource, set()).add(group.group)
+    found.resources = dict(sorted(shards.items()))
+    return found
+
+
+def discover_resources(client: redis.Redis, prefix: str) -> dict[str, int]:
+    """Every resource with informer-bus keys under ``prefix``, with its shard count (the
+    highest shard number found plus one; 0 when only resource-wide keys exist)."""
+    return discover(client, prefix).resources
 
 
 def discover_shard_count(client: redis.Redis, prefix: str, resource: str) -> int:

@@ -8,9 +8,10 @@ processor's). ``p1`` lives through the whole run; ``p2`` is restarted every ``re
 seconds, alternately with SIGTERM (graceful) and kill -9, and started again at once.
 
 Every second a sampler thread records the RSS of every process (``VmRSS``; a restarted ``p2``
-is a new series), Redis ``used_memory``, the unacknowledged entries of every shard (XINFO
-GROUPS lag + pending, summed: :func:`informer_bus.status.collect.collect_status`), the oldest
-unacknowledged entry's age, the shard streams' length and what the reflector published.
+is a new series), Redis ``used_memory``, the processors' group's unacknowledged entries on
+every shard (XINFO GROUPS lag + pending, summed:
+:func:`informer_bus.status.collect.collect_status`), the oldest unacknowledged entry's age,
+the shard streams' length and what the reflector published.
 
 After the churn, the verdict (``Result.failed`` is false when every rule held):
 
@@ -203,7 +204,7 @@ def _check(pipeline: Pipeline, result: Result) -> None:
     result.problems += [f"{key}: reached on_delete but is alive" for key in alive[:10]]
     result.problems += duplicate_problems(pipeline.bus.by_key())[:10]
     with status_client(pipeline.redis.url) as client:
-        dead = sum(s.dead_letters for s in collect_status(client).resources[0].shards)
+        dead = sum(g.dead_letters for g in collect_status(client).resources[0].groups)
     if dead:
         result.problems.append(f"{dead} dead letters")
     for path in sorted(pipeline.workdir.glob("*.counts.json")):

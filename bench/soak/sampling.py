@@ -71,13 +71,14 @@ class Sampler:
         rss = {label: kb for label, pid in pids.items() if (kb := rss_kb(pid)) is not None}
         snapshot = collect_status(self._client, resources=self._resources)
         pods = snapshot.resources[0]
+        group = pods.group()
         memory = self._client.info("memory")
         return Sample(
             t=round(time.monotonic() - self._started, 2),
             rss_kb=rss,
             used_memory=int(memory["used_memory"]),
-            lag=pods.lag or 0,
-            lag_s=pods.max_lag_s or 0.0,
+            lag=0 if group is None else group.lag or 0,
+            lag_s=0.0 if group is None else group.max_lag_s or 0.0,
             stream_length=sum(shard.stream_length for shard in pods.shards),
             published=sum(shard.entries_added or 0 for shard in pods.shards),
         )

@@ -433,10 +433,10 @@ class Demo:
         assert child.died_at is not None
         waited = now - child.died_at
         survivors = [p for p in self.processors if p is not child and p.running]
-        if child.orphaned and state.resource is not None:
+        if child.orphaned and state.group is not None:
             holders = {
                 shard.shard: next((p for p in survivors if p.holds(shard.owner)), None)
-                for shard in state.resource.shards
+                for shard in state.group.shards
             }
             takers = [holders.get(shard) for shard in child.orphaned]
             if all(taker is not None for taker in takers):

@@ -17,7 +17,7 @@ import redis
 from informer_bus.demo.children import Processor
 from informer_bus.demo.settings import MEMBER_TTL
 from informer_bus.status.collect import collect_status, status_client
-from informer_bus.status.model import ResourceStatus
+from informer_bus.status.model import GroupStatus, ResourceStatus
 from informer_bus.status.render import render_resource, shard_ranges
 
 __all__ = ["Output", "View", "ViewState", "status_line"]
@@ -72,14 +72,20 @@ class ViewState:
     """One :meth:`Processor.summary` per processor."""
 
     @property
+    def group(self) -> GroupStatus | None:
+        """The demo's processors' group (the default one)."""
+        return None if self.resource is None else self.resource.group()
+
+    @property
     def synced(self) -> bool:
         """Listed into every shard, every shard owned by a live processor, every processor's
         caches synced: what "the pipeline is up" means."""
-        resource = self.resource
+        resource, group = self.resource, self.group
         return (
             resource is not None
             and resource.synced
-            and resource.owned_shards == len(resource.shards)
+            and group is not None
+            and group.synced
             and self.processors > 0
             and self.ready == self.processors
         )
@@ -94,16 +100,17 @@ def status_line(state: ViewState) -> str:
     head = f"[{state.uptime:6.1f} s]"
     if state.resource is None:
         return f"{head} status unavailable: {state.error or 'no data yet'}"
-    resource = state.resource
-    lag = resource.lag
-    lag_s = resource.max_lag_s
-    live = sum(1 for p in resource.processors if p.live)
+    resource, group = state.resource, state.group
+    lag = None if group is None else group.lag
+    lag_s = None if group is None else group.max_lag_s
+    live = 0 if group is None else len(group.live_members)
+    owned = 0 if group is None else group.owned_shards
     line = (
         f"{head} events published {_rate(state.published_per_s)}, processed "
         f"{_rate(state.processed_per_s)} | lag {'?' if lag is None else lag} entries "
         f"({'-' if lag_s is None else f'{lag_s:.1f}'} s) | objects "
         f"{sum(s.objects for s in resource.shards)} | owners {live} processors, "
-        f"{resource.owned_shards}/{len(resource.shards)} shards | ready "
+        f"{owned}/{len(resource.shards)} shards | ready "
         f"{state.ready}/{state.processors} | synced {'yes' if state.synced else 'no'}"
     )
     if state.summaries:
@@ -173,11 +180,12 @@ class View:
         except redis.RedisError as exc:
             error = " ".join(str(exc).split())
         published = processed = None
+        group = None if resource is None else resource.group()
         if resource is not None:
             totals = _Totals(
                 now,
                 sum(s.entries_added or 0 for s in resource.shards),
-                sum(s.entries_read or 0 for s in resource.shards),
+                sum(s.entries_read or 0 for s in group.shards) if group is not None else 0,
             )
             if self._previous is not None and now > self._previous.at:
                 elapsed = now - self._previous.at
@@ -186,8 +194,8 @@ class View:
             self._previous = totals
         for child in self._processors:
             child.ready = self._is_ready(child)
-            if resource is not None and child.running:  # a dead one keeps its last shards
-                child.shards = tuple(s.shard for s in resource.shards if child.holds(s.owner))
+            if group is not None and child.running:  # a dead one keeps its last shards
+                child.shards = tuple(s.shard for s in group.shards if child.holds(s.owner))
         return ViewState(
             uptime=now - self._started,
             resource=resource,

@@ -1,14 +1,15 @@
 """Reading a :class:`~informer_bus.status.model.StatusSnapshot` from Redis.
 
-The facts are read in at most two pipelined round trips whatever the shard count (three on a
-Redis Cluster), and times come from Redis's clock (``TIME``), the clock that stamps stream
-IDs, membership deadlines and ``synced_at``.
+The facts are read in at most two pipelined round trips whatever the shard and group count
+(three on a Redis Cluster; :func:`collect_status` says what each reads), and times come from
+Redis's clock (``TIME``), the clock that stamps stream IDs, membership deadlines and
+``synced_at``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import redis
@@ -25,11 +26,14 @@ from common.redis_layout import (
     LEASE_EPOCH,
     LEASE_HOLDER,
     PROCESSOR_GROUP,
+    GroupShardKeys,
     ResourceKeys,
     ShardKeys,
 )
-from informer_bus.discovery import discover_resources
+from informer_bus.discovery import discover
 from informer_bus.status.model import (
+    GroupShardStatus,
+    GroupStatus,
     LeaderStatus,
     ProcessorStatus,
     ResourceStatus,
@@ -83,120 +87,142 @@ def _rv_order(rv: str) -> tuple[int, int, str]:
 
 
 @dataclass
-class _ShardReplies:
-    keys: ShardKeys
-    checkpoint: dict[str, str]
-    lease: list[Any]
-    stream: dict[str, Any] | None
-    group: dict[str, Any] | None
-    pending_summary: dict[str, Any] | None
-    objects: int
-    dead_letters: int
-    undelivered_first_ms: int | None = None
+class _GroupShard:
+    """What was read about one group on one shard."""
+
+    keys: GroupShardKeys
+    info: dict[str, Any] | None = None
+    """The group's XINFO GROUPS entry on the shard's stream; ``None``: no such group there."""
+    lease: list[Any] = field(default_factory=lambda: [None, None])
+    dead_letters: int = 0
+    has_epoch: bool = False
+    """The lease epoch counter exists: some processor of the group owned the shard once."""
+    oldest_ms: int | None = None
+    """The oldest unacknowledged entry's ID time, when the second round trip read it."""
+
+    def take(self, replies: Sequence[Any]) -> None:
+        lease, dead, epoch = (_ok(r) for r in replies)
+        self.lease = list(lease or (None, None))
+        self.dead_letters = int(dead or 0)
+        self.has_epoch = bool(epoch)
+
+    @property
+    def pending(self) -> int:
+        return 0 if self.info is None else _int(self.info.get("pending")) or 0
 
     @property
     def last_delivered(self) -> str | None:
-        return None if self.group is None else _text(self.group.get("last-delivered-id"))
+        return None if self.info is None else _text(self.info.get("last-delivered-id"))
 
-    @property
-    def undelivered(self) -> int | None:
+    def undelivered(self, stream: dict[str, Any] | None) -> int | None:
         """Entries after the group's position; 0 when the position is the stream's end."""
-        if self.group is None or self.stream is None:
+        if self.info is None or stream is None:
             return None
-        lag = _int(self.group.get("lag"))
+        lag = _int(self.info.get("lag"))
         if lag is not None:
             return lag
-        if self.last_delivered == _text(self.stream.get("last-generated-id")):
+        if self.last_delivered == _text(stream.get("last-generated-id")):
             return 0
         return None
 
-    @property
-    def needs_first_undelivered(self) -> bool:
-        """Whether the age of the oldest unacknowledged entry needs one more read: nothing
-        pending (else the oldest pending entry is it), but something undelivered."""
-        if self.group is None or self.last_delivered is None:
-            return False
-        pending = _int((self.pending_summary or {}).get("pending")) or 0
-        return pending == 0 and self.undelivered != 0
+
+_GROUP_SHARD_CALLS: Final = 3
+
+
+def _queue_group_shard(pipe: Any, keys: GroupShardKeys) -> None:
+    pipe.hmget(keys.lease, [LEASE_HOLDER, LEASE_EPOCH])
+    pipe.xlen(keys.dead_letters)
+    pipe.exists(keys.lease_epoch)
+
+
+@dataclass
+class _ShardReplies:
+    keys: ShardKeys
+    checkpoint: dict[str, str] = field(default_factory=dict)
+    stream: dict[str, Any] | None = None
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """XINFO GROUPS of the stream, by group name."""
+    objects: int = 0
+    groups: dict[str, _GroupShard] = field(default_factory=dict)
+
+    def take(self, replies: Sequence[Any]) -> None:
+        checkpoint, stream, groups, objects = (_ok(r) for r in replies)
+        self.checkpoint = {str(k): str(v) for k, v in (checkpoint or {}).items()}
+        self.stream = stream
+        for info in groups or ():
+            name = _text(info.get("name"))
+            if name is not None:
+                self.infos[name] = info
+        self.objects = int(objects or 0)
+        for name, group in self.groups.items():  # queued before XINFO GROUPS was in
+            group.info = self.infos.get(name)
+
+    def group(self, name: str) -> _GroupShard:
+        if name not in self.groups:
+            self.groups[name] = _GroupShard(self.keys.for_group(name), self.infos.get(name))
+        return self.groups[name]
 
 
 def _queue_shard(pipe: Any, keys: ShardKeys) -> None:
     pipe.hgetall(keys.checkpoint)
-    pipe.hmget(keys.for_group().lease, [LEASE_HOLDER, LEASE_EPOCH])
     pipe.xinfo_stream(keys.stream)
     pipe.xinfo_groups(keys.stream)
-    pipe.xpending(keys.stream, PROCESSOR_GROUP)
     pipe.hlen(keys.objects)
-    pipe.xlen(keys.for_group().dead_letters)
 
 
-_SHARD_CALLS: Final = 7
-_RESOURCE_CALLS: Final = 4
+_SHARD_CALLS: Final = 4
+_RESOURCE_CALLS: Final = 3
 
 
-def _shard_replies(keys: ShardKeys, replies: Sequence[Any]) -> _ShardReplies:
-    checkpoint, lease, stream, groups, pending, objects, dead = (_ok(r) for r in replies)
-    group = next(
-        (g for g in groups or () if _text(g.get("name")) == PROCESSOR_GROUP),
-        None,
-    )
-    return _ShardReplies(
-        keys=keys,
-        checkpoint={str(k): str(v) for k, v in (checkpoint or {}).items()},
-        lease=list(lease or (None, None)),
-        stream=stream,
-        group=group,
-        pending_summary=pending if group is not None else None,
-        objects=int(objects or 0),
-        dead_letters=int(dead or 0),
+def _shard_status(replies: _ShardReplies) -> ShardStatus:
+    checkpoint, stream = replies.checkpoint, replies.stream
+    relisting = checkpoint.get(CHECKPOINT_RELISTING) == "1"
+    return ShardStatus(
+        shard=replies.keys.shard,
+        rv=checkpoint.get(CHECKPOINT_RV),
+        synced=CHECKPOINT_SYNCED_RV in checkpoint and not relisting,
+        relisting=relisting,
+        stream_length=int(stream.get("length", 0)) if stream else 0,
+        entries_added=_int(stream.get("entries-added")) if stream else None,
+        objects=replies.objects,
     )
 
 
-def _shard_status(replies: _ShardReplies, now_ms: int) -> ShardStatus:
-    checkpoint, stream, group = replies.checkpoint, replies.stream, replies.group
+def _group_shard_status(shard: _ShardReplies, group: _GroupShard, now_ms: int) -> GroupShardStatus:
+    stream = shard.stream
     length = int(stream.get("length", 0)) if stream else 0
-    pending = _int((replies.pending_summary or {}).get("pending")) or 0
+    pending = group.pending
     oldest_ms: int | None
-    if group is None:
+    if group.info is None:
         lag: int | None = length
         first = (stream or {}).get("first-entry")
         oldest_ms = _id_ms(first[0]) if first else None
     else:
-        undelivered = replies.undelivered
+        undelivered = group.undelivered(stream)
         lag = None if undelivered is None else undelivered + pending
-        if pending:
-            oldest_ms = _id_ms((replies.pending_summary or {}).get("min"))
-        else:
-            oldest_ms = replies.undelivered_first_ms
+        oldest_ms = group.oldest_ms
     if lag == 0:
         lag_s: float | None = 0.0
     elif oldest_ms is not None:
         lag_s = max(0.0, (now_ms - oldest_ms) / 1000)
     else:
         lag_s = None
-    relisting = checkpoint.get(CHECKPOINT_RELISTING) == "1"
-    return ShardStatus(
-        shard=replies.keys.shard,
-        owner=_text(replies.lease[0]),
-        owner_epoch=_int(replies.lease[1]),
-        rv=checkpoint.get(CHECKPOINT_RV),
-        synced=CHECKPOINT_SYNCED_RV in checkpoint and not relisting,
-        relisting=relisting,
-        stream_length=length,
-        entries_added=_int(stream.get("entries-added")) if stream else None,
-        has_group=group is not None,
-        entries_read=_int(group.get("entries-read")) if group else None,
+    return GroupShardStatus(
+        shard=shard.keys.shard,
+        exists=group.info is not None,
+        owner=_text(group.lease[0]),
+        owner_epoch=_int(group.lease[1]),
+        entries_read=_int(group.info.get("entries-read")) if group.info else None,
         lag=lag,
         pending=pending,
         lag_s=lag_s,
-        objects=replies.objects,
-        dead_letters=replies.dead_letters,
+        dead_letters=group.dead_letters,
     )
 
 
 def _processors(
     members: Iterable[tuple[str, float]],
-    shards: Sequence[ShardStatus],
+    shards: Sequence[GroupShardStatus],
     now_ms: int,
     member_ttl: float,
 ) -> tuple[ProcessorStatus, ...]:
@@ -220,14 +246,54 @@ def _processors(
     return tuple(result[name] for name in sorted(result))
 
 
-def _resource_status(
-    resource: str,
-    head: Sequence[Any],
-    shard_replies: Sequence[_ShardReplies],
-    now_ms: int,
-    member_ttl: float,
-) -> ResourceStatus:
-    leader_hash, leader_ttl_ms, epoch, members = (_ok(r) for r in head)
+@dataclass
+class _Resource:
+    """Everything read about one resource, filled over the round trips."""
+
+    keys: ResourceKeys
+    shards: list[_ShardReplies]
+    head: list[Any] = field(default_factory=list)
+    members: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    """Group name -> its membership (member, deadline ms), for every group read."""
+
+    def group_names(self) -> set[str]:
+        """Every group read or seen on a stream."""
+        return set(self.members).union(*(shard.infos for shard in self.shards))
+
+    def exists(self, name: str) -> bool:
+        """Whether the group is there: a consumer group, members, a lease or dead letters.
+
+        The lease epoch counter alone does not count: ``groups delete`` keeps it on purpose.
+        """
+        if self.members.get(name):
+            return True
+        for shard in self.shards:
+            group = shard.groups.get(name)
+            if name in shard.infos or (
+                group is not None and (group.lease[0] is not None or group.dead_letters)
+            ):
+                return True
+        return False
+
+
+def _group_status(resource: _Resource, name: str, now_ms: int, member_ttl: float) -> GroupStatus:
+    members = resource.members.get(name, [])
+    parts = [shard.group(name) for shard in resource.shards]
+    shards = tuple(
+        _group_shard_status(shard, part, now_ms)
+        for shard, part in zip(resource.shards, parts, strict=True)
+    )
+    processor = bool(members) or any(p.has_epoch or p.lease[0] is not None for p in parts)
+    return GroupStatus(
+        name=name,
+        kind="processor" if processor else "consumer",
+        processors=_processors(members, shards, now_ms, member_ttl),
+        shards=shards,
+    )
+
+
+def _resource_status(resource: _Resource, now_ms: int, member_ttl: float) -> ResourceStatus:
+    leader_hash, leader_ttl_ms, epoch = (_ok(r) for r in resource.head)
     leader = None
     if leader_hash and leader_hash.get(LEASE_HOLDER):
         ttl = _int(leader_ttl_ms)
@@ -236,7 +302,8 @@ def _resource_status(
             epoch=_int(leader_hash.get(LEASE_EPOCH)),
             expires_in_s=ttl / 1000 if ttl is not None and ttl >= 0 else None,
         )
-    shards = tuple(_shard_status(replies, now_ms) for replies in shard_replies)
+    shard_replies = resource.shards
+    shards = tuple(_shard_status(replies) for replies in shard_replies)
     rvs = [shard.rv for shard in shards]
     last_rv = None if not rvs or None in rvs else min((rv or "" for rv in rvs), key=_rv_order)
     listed = [
@@ -250,8 +317,13 @@ def _resource_status(
     last_list_at, last_list_rv = max(stamped, key=lambda pair: pair[0]) if stamped else (None, None)
     if last_list_rv is None:
         last_list_rv = next((rv for _, rv in listed if rv is not None), None)
+    groups = tuple(
+        _group_status(resource, name, now_ms, member_ttl)
+        for name in sorted(resource.group_names())
+        if resource.exists(name)
+    )
     return ResourceStatus(
-        resource=resource,
+        resource=resource.keys.resource,
         leader=leader,
         epoch=_int(epoch) or 0,
         last_rv=last_rv,
@@ -260,11 +332,79 @@ def _resource_status(
         last_list_age_s=None if last_list_at is None else max(0.0, (now_ms - last_list_at) / 1000),
         synced=bool(shards) and all(shard.synced for shard in shards),
         shards=shards,
-        processors=_processors(
-            ((str(m), float(score)) for m, score in members or ()), shards, now_ms, member_ttl
-        ),
+        groups=groups,
         has_reflector=leader is not None or any(rv is not None for _, rv in listed),
     )
+
+
+class _Batch:
+    """One pipelined round trip whose replies go back to whoever queued each command."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.pipe: Any = client.pipeline(transaction=False)
+        self._takers: list[tuple[int, Callable[[list[Any]], None]]] = []
+
+    def add(self, calls: int, take: Callable[[list[Any]], None]) -> None:
+        """The last ``calls`` commands queued on :attr:`pipe` go to ``take``."""
+        self._takers.append((calls, take))
+
+    def run(self) -> None:
+        if not self._takers:
+            return
+        replies = self.pipe.execute(raise_on_error=False)
+        position = 0
+        for calls, take in self._takers:
+            take(replies[position : position + calls])
+            position += calls
+
+
+def _queue_group(batch: _Batch, resource: _Resource, name: str) -> None:
+    """The group's membership and its keys on every shard."""
+    batch.pipe.zrange(resource.keys.group(name).members, 0, -1, withscores=True)
+
+    def members(replies: list[Any]) -> None:
+        found = _ok(replies[0]) or ()
+        resource.members[name] = [(str(member), float(score)) for member, score in found]
+
+    batch.add(1, members)
+    for shard in resource.shards:
+        part = shard.group(name)
+        _queue_group_shard(batch.pipe, part.keys)
+        batch.add(_GROUP_SHARD_CALLS, part.take)
+
+
+def _queue_oldest(batch: _Batch, shard: _ShardReplies, part: _GroupShard) -> None:
+    """The age of the group's oldest unacknowledged entry, when its XINFO GROUPS entry says
+    there is one: the oldest pending entry (XPENDING summary), or else the first entry after
+    its position."""
+    if part.info is None or part.last_delivered is None:
+        return
+
+    def oldest_pending(replies: list[Any]) -> None:
+        part.oldest_ms = _id_ms((_ok(replies[0]) or {}).get("min"))
+
+    def first_undelivered(replies: list[Any]) -> None:
+        entries = _ok(replies[0])
+        part.oldest_ms = _id_ms(entries[0][0]) if entries else None
+
+    if part.pending:
+        batch.pipe.xpending(shard.keys.stream, part.keys.group)
+        batch.add(1, oldest_pending)
+    elif part.undelivered(shard.stream) != 0:
+        batch.pipe.xrange(shard.keys.stream, min=f"({part.last_delivered}", count=1)
+        batch.add(1, first_undelivered)
+
+
+def _second_round_trip(client: redis.Redis, plan: Sequence[_Resource]) -> None:
+    """The groups first seen in XINFO GROUPS, and the oldest entry of every group behind."""
+    second = _Batch(client)
+    for resource in plan:
+        for group in sorted(resource.group_names() - set(resource.members)):
+            _queue_group(second, resource, group)
+        for shard in resource.shards:
+            for part in shard.groups.values():
+                _queue_oldest(second, shard, part)
+    second.run()
 
 
 def collect_status(
@@ -272,74 +412,60 @@ def collect_status(
     *,
     prefix: str = DEFAULT_PREFIX,
     resources: Mapping[str, int] | None = None,
+    groups: Mapping[str, Iterable[str]] | None = None,
     member_ttl: float = 5.0,
     redis_url: str = "",
 ) -> StatusSnapshot:
     """Read every resource of ``resources`` (resource id -> shard count; default: what
-    :func:`discover_resources` finds) in at most two round trips (three on a Redis Cluster).
+    :func:`discover` finds) in at most two pipelined round trips whatever the shard and group
+    count (one more on a Redis Cluster, for ``TIME``).
 
-    ``client`` must decode responses (:func:`status_client`). ``member_ttl`` is the
+    The first reads the reflector's facts, every stream's XINFO GROUPS and the keys of the
+    groups known beforehand: the default group and ``groups`` (resource id -> group names; by
+    default those :func:`discover` finds with keys of their own). The second, only when
+    needed, reads the keys of groups first seen in XINFO GROUPS (a durable subscriber's
+    group) and, for each group and shard that is behind, its oldest unacknowledged entry (for
+    its age). ``client`` must decode responses (:func:`status_client`). ``member_ttl`` is the
     processors' ``--member-ttl``, used to turn heartbeat deadlines into ages. Raises
     ``redis.RedisError`` when Redis cannot be read.
     """
     if resources is None:
-        resources = discover_resources(client, prefix)
+        found = discover(client, prefix)
+        resources = found.resources
+        if groups is None:
+            groups = found.groups
+    known = groups or {}
     cluster = is_cluster(client)
-    pipe = client.pipeline(transaction=False)
+    first = _Batch(client)
+    clock: list[Any] = []
     if not cluster:  # a Cluster pipeline refuses TIME (no key names a node): read it apart
-        pipe.time()
-    plan: list[tuple[str, list[ShardKeys]]] = []
-    for resource, shard_count in resources.items():
-        keys = ResourceKeys(prefix, resource)
-        pipe.hgetall(keys.leader)
-        pipe.pttl(keys.leader)
-        pipe.get(keys.epoch)
-        pipe.zrange(keys.group().members, 0, -1, withscores=True)
-        shards = [keys.shard(shard) for shard in range(shard_count)]
-        for shard_keys in shards:
-            _queue_shard(pipe, shard_keys)
-        plan.append((resource, shards))
-    replies = pipe.execute(raise_on_error=False)
+        first.pipe.time()
+        first.add(1, clock.extend)
+    plan: list[_Resource] = []
+    for name, shard_count in resources.items():
+        keys = ResourceKeys(prefix, name)
+        resource = _Resource(keys, [_ShardReplies(keys.shard(n)) for n in range(shard_count)])
+        first.pipe.hgetall(keys.leader)
+        first.pipe.pttl(keys.leader)
+        first.pipe.get(keys.epoch)
+        first.add(_RESOURCE_CALLS, resource.head.extend)
+        for shard in resource.shards:
+            _queue_shard(first.pipe, shard.keys)
+            first.add(_SHARD_CALLS, shard.take)
+        for group in sorted({PROCESSOR_GROUP, *known.get(name, ())}):
+            _queue_group(first, resource, group)
+        plan.append(resource)
+    first.run()
     if cluster:
-        replies.insert(0, client.time())
-    if isinstance(replies[0], Exception):
-        raise replies[0]
-    seconds, micros = replies[0]
+        clock.append(client.time())
+    if isinstance(clock[0], Exception):
+        raise clock[0]
+    seconds, micros = clock[0]
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    position = 1
-    gathered: list[tuple[str, list[Any], list[_ShardReplies]]] = []
-    for resource, shards in plan:
-        head = replies[position : position + _RESOURCE_CALLS]
-        position += _RESOURCE_CALLS
-        per_shard = []
-        for shard_keys in shards:
-            per_shard.append(
-                _shard_replies(shard_keys, replies[position : position + _SHARD_CALLS])
-            )
-            position += _SHARD_CALLS
-        gathered.append((resource, head, per_shard))
-    _read_first_undelivered(client, [s for _, _, shards in gathered for s in shards])
+    _second_round_trip(client, plan)
     return StatusSnapshot(
         redis_url=redacted_url(redis_url),
         prefix=prefix,
         taken_at=now_ms / 1000,
-        resources=tuple(
-            _resource_status(resource, head, shards, now_ms, member_ttl)
-            for resource, head, shards in gathered
-        ),
+        resources=tuple(_resource_status(resource, now_ms, member_ttl) for resource in plan),
     )
-
-
-def _read_first_undelivered(client: redis.Redis, shards: Sequence[_ShardReplies]) -> None:
-    """The second round trip: the oldest undelivered entry of shards that have nothing
-    pending but something undelivered, for its age."""
-    wanted = [replies for replies in shards if replies.needs_first_undelivered]
-    if not wanted:
-        return
-    pipe = client.pipeline(transaction=False)
-    for replies in wanted:
-        pipe.xrange(replies.keys.stream, min=f"({replies.last_delivered}", count=1)
-    for replies, reply in zip(wanted, pipe.execute(raise_on_error=False), strict=True):
-        entries = _ok(reply)
-        if entries:
-            replies.undelivered_first_ms = _id_ms(entries[0][0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -26,31 +27,37 @@ from common.settings import (
     same_as,
     settings_from_args,
 )
-from informer_bus.discovery import discover_resources
+from informer_bus.discovery import Discovered, discover
 from informer_bus.status.collect import collect_status, status_client
+from informer_bus.status.model import StatusSnapshot
 from informer_bus.status.render import render_json, render_table
 from informer_bus.subcommand import Subcommand
 
-__all__ = ["HELP", "PROGRAM", "STATUS", "StatusSettings"]
+__all__ = [
+    "HELP",
+    "PROGRAM",
+    "STATUS",
+    "SnapshotSettings",
+    "StatusSettings",
+    "one_line",
+    "read_snapshot",
+    "redis_failure",
+    "snapshot_client",
+]
 
 PROGRAM: Final = "informer-bus status"
 
 HELP = (
     "Show the pipeline's state from Redis: per resource the reflector leader, last RV and last "
-    "list; per shard the owner, lag and synced flag; per processor its heartbeat and shards."
+    "list; per shard its checkpoint and stream; per consumer group (each processor group and "
+    "durable subscriber) its members, owned shards, lag, synced flag and dead letters."
 )
 
 
 @dataclass(frozen=True)
-class StatusSettings(BusSettings):
-    """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
+class SnapshotSettings(BusSettings):
+    """The flags of every tool that reads a status snapshot (``status``, ``groups``)."""
 
-    resource: tuple[str, ...] = field(
-        default=(),
-        metadata={"help": "resource id to show (pods, deployments.apps, or the reflector's "
-                  "--resource spec); default: every resource found under the prefix; one that "
-                  "only processors name shows as 'no reflector'", "metavar": "ID"},
-    )  # fmt: skip
     output: str = field(
         default="table", metadata={"help": "table (for people) or json (for scripts)"}
     )
@@ -66,11 +73,63 @@ class StatusSettings(BusSettings):
             raise SettingsError(f"--output must be table or json, got {self.output!r}")
         if not self.member_ttl > 0:
             raise SettingsError(f"member_ttl must be > 0, got {self.member_ttl}")
+
+
+@dataclass(frozen=True)
+class StatusSettings(SnapshotSettings):
+    """The ``status`` flags (``INFORMER_BUS_*`` env vars shared with the services)."""
+
+    resource: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "resource id to show (pods, deployments.apps, or the reflector's "
+                  "--resource spec); default: every resource found under the prefix; one that "
+                  "only processors name shows as 'no reflector'", "metavar": "ID"},
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         try:  # an id, or a reflector --resource spec pasted as is: deployments.v1.apps
             ids = tuple(dict.fromkeys(resource_id_from(text) for text in self.resource))
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
         object.__setattr__(self, "resource", ids)
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (a Redis error can span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def snapshot_client(settings: BusSettings) -> redis.Redis:
+    """A :func:`status_client` for the settings' Redis (``ValueError`` for a bad URL)."""
+    connection = settings.redis
+    return status_client(
+        connection.url, cluster=connection.cluster, **connection_kwargs(connection)
+    )
+
+
+def read_snapshot(
+    client: redis.Redis,
+    settings: SnapshotSettings,
+    discovered: Discovered,
+    resources: Mapping[str, int],
+) -> StatusSnapshot:
+    """:func:`collect_status` of ``resources``, with the groups the scan found."""
+    return collect_status(
+        client,
+        prefix=settings.prefix,
+        resources=resources,
+        groups=discovered.groups,
+        member_ttl=settings.member_ttl,
+        redis_url=settings.redis.url,
+    )
+
+
+def redis_failure(program: str, error: redis.RedisError, where: str) -> int:
+    """Redis could not be read: one line, exit status 2."""
+    return fail(
+        program, f"cannot read Redis at {where}: {describe_redis_error(error) or one_line(error)}"
+    )
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -82,22 +141,16 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, StatusSettings, ENV_PREFIX)
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(StatusSettings, ENV_PREFIX, args)
-        connection = settings.redis
-        client = status_client(
-            connection.url, cluster=connection.cluster, **connection_kwargs(connection)
-        )
+        client = snapshot_client(settings)
     except (SettingsError, ValueError) as exc:
-        return fail(PROGRAM, _one_line(exc))
+        return fail(PROGRAM, one_line(exc))
     where = redacted_url(settings.redis.url)
     try:
-        found = discover_resources(client, settings.prefix)
+        discovered = discover(client, settings.prefix)
+        found = discovered.resources
         wanted = found
         if settings.resource:
             missing = [name for name in settings.resource if name not in found]
@@ -109,16 +162,9 @@ def _run(args: argparse.Namespace) -> int:
                     f"{settings.prefix!r} in {where} (found: {known})",
                 )
             wanted = {name: found[name] for name in settings.resource}
-        snapshot = collect_status(
-            client,
-            prefix=settings.prefix,
-            resources=wanted,
-            member_ttl=settings.member_ttl,
-            redis_url=settings.redis.url,
-        )
+        snapshot = read_snapshot(client, settings, discovered, wanted)
     except redis.RedisError as exc:
-        reason = describe_redis_error(exc) or _one_line(exc)
-        return fail(PROGRAM, f"cannot read Redis at {where}: {reason}")
+        return redis_failure(PROGRAM, exc, where)
     finally:
         client.close()
     if settings.output == "json":

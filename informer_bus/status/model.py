@@ -1,12 +1,24 @@
 """The status snapshot: what ``informer-bus status`` (and the demo's live view) knows about
-each resource, its shards and its processors, as frozen dataclasses (field names are the
-JSON output's)."""
+each resource, its shards and its consumer groups (each with its processors), as frozen
+dataclasses (field names are the JSON output's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
-__all__ = ["LeaderStatus", "ProcessorStatus", "ResourceStatus", "ShardStatus", "StatusSnapshot"]
+from common.redis_layout import PROCESSOR_GROUP
+
+__all__ = [
+    "GROUP_KINDS",
+    "GroupShardStatus",
+    "GroupStatus",
+    "LeaderStatus",
+    "ProcessorStatus",
+    "ResourceStatus",
+    "ShardStatus",
+    "StatusSnapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +35,12 @@ class LeaderStatus:
 
 @dataclass(frozen=True, slots=True)
 class ShardStatus:
-    """One shard: who applies it, how far behind, and whether the reflector listed into it."""
+    """One shard as the reflector wrote it: how far it listed and watched, how much it holds.
+
+    Shared by every group: each consumer group's view of the shard is a
+    :class:`GroupShardStatus`."""
 
     shard: int
-    owner: str | None
-    """The processor holding the shard lease (``member/pid/random``); ``None`` when free."""
-    owner_epoch: int | None
-    """The ownership epoch (fencing token) of that lease."""
     rv: str | None
     """Checkpoint: every event up to this resourceVersion is on the stream."""
     synced: bool
@@ -38,8 +49,24 @@ class ShardStatus:
     stream_length: int
     entries_added: int | None
     """Entries ever appended to the stream (survives trimming); ``None`` without a stream."""
-    has_group: bool
-    """Whether the processors' consumer group exists (a processor took the shard over once)."""
+    objects: int
+    """Objects the shard knows (the reflector's known state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShardStatus:
+    """One consumer group on one shard: who applies it for the group, and how far behind."""
+
+    shard: int
+    exists: bool
+    """The consumer group exists on the shard's stream (a processor of the group took the
+    shard over once, or a subscriber created it). Without it, everything on the stream is
+    the group's lag."""
+    owner: str | None
+    """The group's member holding the shard lease (``member/pid/random``); ``None`` when free
+    (always for a group without leases, such as a durable subscriber)."""
+    owner_epoch: int | None
+    """The ownership epoch (fencing token) of that lease."""
     entries_read: int | None
     """Entries the group has been given (``None`` when Redis cannot tell)."""
     lag: int | None
@@ -49,14 +76,13 @@ class ShardStatus:
     """Delivered to the owner, not yet acknowledged (its handlers are at work on them)."""
     lag_s: float | None
     """Age of the oldest unacknowledged entry, seconds (0 when caught up)."""
-    objects: int
-    """Objects the shard knows (the reflector's known state)."""
     dead_letters: int
+    """Entries the group parked on its dead-letter stream for this shard."""
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessorStatus:
-    """One processor of a resource: a membership entry and/or a shard lease holder."""
+    """One processor of a group: a membership entry and/or a shard lease holder."""
 
     member: str
     """``member-id/pid/random``: also the holder name of its shard leases."""
@@ -68,6 +94,67 @@ class ProcessorStatus:
     """Seconds until its heartbeat deadline (negative: missed; it is being pruned)."""
     shards: tuple[int, ...]
     """The shards whose lease it holds."""
+
+
+GROUP_KINDS: Final = ("processor", "consumer")
+""":attr:`GroupStatus.kind`'s values."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One consumer group of a resource: one application on the watch (a processor group, a
+    durable subscriber), with its own members, owners, position and dead letters.
+
+    The derived fields (``owned_shards`` on) are computed from the others at construction so
+    that the JSON output carries them too.
+    """
+
+    name: str
+    kind: str
+    """``processor`` when the group keeps what processors keep (membership, shard leases or
+    their epoch counters); ``consumer`` for a consumer group with none of them (a durable
+    subscriber, or any other reader with a group on the streams)."""
+    processors: tuple[ProcessorStatus, ...]
+    """Its members and lease holders, sorted (empty for a ``consumer`` group)."""
+    shards: tuple[GroupShardStatus, ...]
+    """One per shard of the resource, in shard order."""
+    owned_shards: int = field(init=False)
+    """Shards whose lease a live member of the group holds."""
+    lag: int | None = field(init=False)
+    """Unacknowledged entries over all shards (``None`` if some shard cannot tell)."""
+    max_lag_s: float | None = field(init=False)
+    """Age of the oldest unacknowledged entry over all shards."""
+    dead_letters: int = field(init=False)
+    """Dead letters over all shards."""
+    synced: bool = field(init=False)
+    """The group is in place on every shard: its consumer group exists on every shard's
+    stream and, for a ``processor`` group, a live member holds every shard's lease (an owner
+    takes a shard over, loading its cache from the known state, before it acknowledges
+    anything). Not "caught up": :attr:`lag` says how far behind it is. ``False`` for a
+    resource without shards."""
+
+    def __post_init__(self) -> None:
+        live = {p.member for p in self.processors if p.live}
+        owned = sum(1 for shard in self.shards if shard.owner in live)
+        lags = [shard.lag for shard in self.shards]
+        ages = [shard.lag_s for shard in self.shards if shard.lag_s is not None]
+        synced = bool(self.shards) and all(shard.exists for shard in self.shards)
+        if self.kind == "processor":
+            synced = synced and owned == len(self.shards)
+        derived = {
+            "owned_shards": owned,
+            "lag": None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags),
+            "max_lag_s": max(ages) if ages else None,
+            "dead_letters": sum(shard.dead_letters for shard in self.shards),
+            "synced": synced,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def live_members(self) -> tuple[str, ...]:
+        """The members whose heartbeat has not lapsed."""
+        return tuple(p.member for p in self.processors if p.live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,31 +174,22 @@ class ResourceStatus:
     """When the last relist completed (Unix seconds, Redis clock)."""
     last_list_age_s: float | None
     synced: bool
-    """Every shard is synced (see :attr:`ShardStatus.synced`)."""
+    """Every shard is synced by the reflector (see :attr:`ShardStatus.synced`); each group's
+    own ``synced`` says whether it is in place too."""
     shards: tuple[ShardStatus, ...]
-    processors: tuple[ProcessorStatus, ...]
+    groups: tuple[GroupStatus, ...]
+    """Every consumer group of the resource, sorted by name: those on some shard's stream and
+    those with keys of their own (a processor group waiting for its first list has members
+    but no consumer group yet)."""
     has_reflector: bool
     """A reflector leads the resource or has completed a list into it
     (:mod:`common.publication`). ``False`` -- shown as "no reflector" -- when only processors
     (waiting for one) or a subscriber's typo name it: nothing will ever arrive unless a
     reflector is started with this resource, Redis URL and prefix."""
 
-    @property
-    def owned_shards(self) -> int:
-        """Shards whose lease a live processor holds."""
-        live = {p.member for p in self.processors if p.live}
-        return sum(1 for shard in self.shards if shard.owner in live)
-
-    @property
-    def lag(self) -> int | None:
-        """Unacknowledged entries over all shards (``None`` if some shard cannot tell)."""
-        lags = [shard.lag for shard in self.shards]
-        return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
-
-    @property
-    def max_lag_s(self) -> float | None:
-        ages = [shard.lag_s for shard in self.shards if shard.lag_s is not None]
-        return max(ages) if ages else None
+    def group(self, name: str = PROCESSOR_GROUP) -> GroupStatus | None:
+        """The group called ``name`` (default: the default processor group), if it exists."""
+        return next((g for g in self.groups if g.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)

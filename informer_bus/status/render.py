@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
-from informer_bus.status.model import ResourceStatus, StatusSnapshot
+from informer_bus.status.model import GroupStatus, ResourceStatus, StatusSnapshot
 
-__all__ = ["render_json", "render_resource", "render_table", "shard_ranges"]
+__all__ = ["group_summary", "render_json", "render_resource", "render_table", "shard_ranges"]
 
 
 def render_json(snapshot: StatusSnapshot) -> str:
@@ -67,14 +67,15 @@ def shard_ranges(shards: Sequence[int]) -> str:
 
 
 def render_resource(resource: ResourceStatus) -> list[str]:
-    """The table lines of one resource (also the body of the demo's live view)."""
+    """The table lines of one resource (also the body of the demo's live view): the
+    reflector's facts and shards, then one block per consumer group."""
     if not resource.has_reflector:
         return [
             f"resource {resource.resource}  (no reflector)",
             f"  reflector leader  none: no reflector has ever published {resource.resource}: "
             "nothing will arrive until one runs with this --resource, --redis-url and --prefix",
             "",
-            *_processor_lines(resource),
+            *_group_blocks(resource),
         ]
     lines = [f"resource {resource.resource}"]
     if resource.leader is None:
@@ -94,48 +95,84 @@ def render_resource(resource: ResourceStatus) -> list[str]:
         "shards listed)",
         "",
     ]
-    live = {p.member for p in resource.processors if p.live}
-    rows = []
-    for shard in resource.shards:
-        owner = shard.owner or "-"
-        if shard.owner is not None and shard.owner not in live:
-            owner += " (gone)"
-        rows.append(
-            (
-                str(shard.shard),
-                owner,
-                _yes(shard.synced),
-                "?" if shard.lag is None else str(shard.lag),
-                str(shard.pending),
-                "-" if shard.lag_s is None else f"{shard.lag_s:.1f}",
-                str(shard.objects),
-                str(shard.stream_length),
-                str(shard.dead_letters),
-            )
+    rows = [
+        (
+            str(shard.shard),
+            _yes(shard.synced),
+            shard.rv or "-",
+            str(shard.objects),
+            str(shard.stream_length),
+            "-" if shard.entries_added is None else str(shard.entries_added),
         )
-    lines += _columns(
-        ("SHARD", "OWNER", "SYNCED", "LAG", "PENDING", "LAG_S", "OBJECTS", "STREAM", "DEAD"),
-        rows,
-    )
+        for shard in resource.shards
+    ]
+    lines += _columns(("SHARD", "SYNCED", "RV", "OBJECTS", "STREAM", "ADDED"), rows)
     lines.append("")
-    return lines + _processor_lines(resource)
+    return lines + _group_blocks(resource)
 
 
-def _processor_lines(resource: ResourceStatus) -> list[str]:
-    if resource.processors:
-        return _columns(
-            ("PROCESSOR", "LIVE", "HEARTBEAT", "SHARDS"),
-            (
+def _lag(lag: int | None, lag_s: float | None) -> str:
+    return f"{'?' if lag is None else lag} ({'-' if lag_s is None else f'{lag_s:.1f}'} s)"
+
+
+def group_summary(group: GroupStatus) -> str:
+    """One line about a group: its kind, members, owned shards, lag, synced, dead letters."""
+    live = len(group.live_members)
+    members = f"{live}/{len(group.processors)} members live, " if group.processors else ""
+    owned = (
+        f"{group.owned_shards}/{len(group.shards)} shards owned, "
+        if group.kind == "processor"
+        else ""
+    )
+    return (
+        f"group {group.name} ({group.kind})  {members}{owned}lag "
+        f"{_lag(group.lag, group.max_lag_s)}, synced {_yes(group.synced)}, dead letters "
+        f"{group.dead_letters}"
+    )
+
+
+def _group_blocks(resource: ResourceStatus) -> list[str]:
+    if not resource.groups:
+        return ["  no consumer groups (no processor or durable subscriber has run)"]
+    lines: list[str] = []
+    for group in resource.groups:
+        lines.append("  " + group_summary(group))
+        live = set(group.live_members)
+        rows = []
+        for shard in group.shards:
+            owner = shard.owner or "-"
+            if shard.owner is not None and shard.owner not in live:
+                owner += " (gone)"
+            rows.append(
                 (
-                    p.member,
-                    _yes(p.live),
-                    "-" if p.heartbeat_age_s is None else f"{_seconds(p.heartbeat_age_s)} ago",
-                    f"{len(p.shards)}: {shard_ranges(p.shards)}" if p.shards else "none",
+                    str(shard.shard),
+                    owner,
+                    _yes(shard.exists),
+                    "?" if shard.lag is None else str(shard.lag),
+                    str(shard.pending),
+                    "-" if shard.lag_s is None else f"{shard.lag_s:.1f}",
+                    str(shard.dead_letters),
                 )
-                for p in resource.processors
-            ),
+            )
+        lines += _columns(
+            ("SHARD", "OWNER", "GROUP", "LAG", "PENDING", "LAG_S", "DEAD"), rows, "    "
         )
-    return ["  no processors"]
+        if group.processors:
+            lines += _columns(
+                ("PROCESSOR", "LIVE", "HEARTBEAT", "SHARDS"),
+                (
+                    (
+                        p.member,
+                        _yes(p.live),
+                        "-" if p.heartbeat_age_s is None else f"{_seconds(p.heartbeat_age_s)} ago",
+                        f"{len(p.shards)}: {shard_ranges(p.shards)}" if p.shards else "none",
+                    )
+                    for p in group.processors
+                ),
+                "    ",
+            )
+        lines.append("")
+    return lines
 
 
 def render_table(snapshot: StatusSnapshot) -> str:

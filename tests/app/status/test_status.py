@@ -18,6 +18,7 @@ from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.discovery import discover_resources
 from informer_bus.local_redis import free_port
 from informer_bus.status.collect import collect_status, status_client
+from informer_bus.status.model import GroupShardStatus
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer
@@ -79,8 +80,8 @@ def test_status_reports_leader_owners_lag_and_processors_as_json_and_table(
     try:
 
         def caught_up() -> bool:
-            snapshot = collect_status(client, member_ttl=MEMBER_TTL)
-            return all(shard.lag == 0 for shard in snapshot.resources[0].shards)
+            group = collect_status(client, member_ttl=MEMBER_TTL).resources[0].group()
+            return group is not None and group.lag == 0 and group.synced
 
         wait_until(caught_up, 20, what="lag 0 on every shard")
     finally:
@@ -104,14 +105,20 @@ def test_status_reports_leader_owners_lag_and_processors_as_json_and_table(
     shards = pods["shards"]
     assert [shard["shard"] for shard in shards] == list(range(SHARDS))
     for shard in shards:
-        assert pipeline.processor.holds(shard["owner"]), shard
         assert shard["synced"] is True and shard["relisting"] is False
-        assert shard["has_group"] is True
-        assert (shard["lag"], shard["pending"], shard["lag_s"]) == (0, 0, 0.0)
-        assert shard["entries_read"] == shard["entries_added"] == shard["stream_length"]
+        assert shard["entries_added"] == shard["stream_length"]
     assert sum(shard["objects"] for shard in shards) == PODS
-    [processor] = pods["processors"]
-    assert processor["member"] == shards[0]["owner"]
+    [group] = pods["groups"]
+    assert (group["name"], group["kind"], group["synced"]) == ("processors", "processor", True)
+    assert (group["owned_shards"], group["lag"], group["max_lag_s"]) == (SHARDS, 0, 0.0)
+    assert group["dead_letters"] == 0
+    for shard, mine in zip(shards, group["shards"], strict=True):
+        assert mine["shard"] == shard["shard"] and mine["exists"] is True
+        assert pipeline.processor.holds(mine["owner"]), mine
+        assert (mine["lag"], mine["pending"], mine["lag_s"]) == (0, 0, 0.0)
+        assert mine["entries_read"] == shard["entries_added"]
+    [processor] = group["processors"]
+    assert processor["member"] == group["shards"][0]["owner"]
     assert processor["live"] is True
     assert processor["shards"] == list(range(SHARDS))
     assert 0 <= processor["heartbeat_age_s"] <= MEMBER_TTL
@@ -125,13 +132,21 @@ def test_status_reports_leader_owners_lag_and_processors_as_json_and_table(
     assert f"synced            yes ({SHARDS}/{SHARDS} shards listed)" in text
     assert f"last RV           {pods['last_rv']} " in text
     owner = processor["member"]
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
-    for shard in shards:
-        # SHARD OWNER SYNCED LAG PENDING LAG_S OBJECTS STREAM DEAD
-        row = rows[str(shard["shard"])]
-        assert row[:6] == [str(shard["shard"]), owner, "yes", "0", "0", "0.0"], row
-        assert row[6] == str(shard["objects"])
-    assert rows[owner][1] == "yes" and rows[owner][-2:] == ["4:", "0-3"], rows[owner]
+    assert (
+        f"group processors (processor)  1/1 members live, {SHARDS}/{SHARDS} shards owned, lag 0 "
+        "(0.0 s), synced yes, dead letters 0"
+    ) in text
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    reflector_rows = [row for row in lines if row[0].isdigit() and len(row) == 6]
+    group_rows = [row for row in lines if row[0].isdigit() and len(row) == 7]
+    for shard, row, mine in zip(shards, reflector_rows, group_rows, strict=True):
+        # SHARD SYNCED RV OBJECTS STREAM ADDED
+        assert row == [str(shard["shard"]), "yes", shard["rv"], str(shard["objects"]),
+                       str(shard["stream_length"]), str(shard["entries_added"])]  # fmt: skip
+        # SHARD OWNER GROUP LAG PENDING LAG_S DEAD
+        assert mine == [str(shard["shard"]), owner, "yes", "0", "0", "0.0", "0"], mine
+    [member_row] = [row for row in lines if row[0] == owner]
+    assert member_row[1] == "yes" and member_row[-2:] == ["4:", "0-3"], member_row
 
     only = status("--redis-url", pipeline.redis_url, "--resource", "pods", "--output", "json")
     assert [r["resource"] for r in json.loads(only.stdout)["resources"]] == ["pods"]
@@ -206,19 +221,27 @@ def test_lag_counts_undelivered_and_pending_entries_with_their_age(
     seconds, _ = redis_client.time()
     now = int(seconds)
 
-    shard0, shard1 = collect_status(client).resources[0].shards
-    assert (shard0.lag, shard0.pending, shard0.has_group) == (3, 0, True)
+    def shards() -> tuple[GroupShardStatus, ...]:
+        [resource] = collect_status(client).resources
+        assert [shard.stream_length for shard in resource.shards] == [3, 1]
+        [group] = resource.groups
+        assert (group.name, group.kind) == ("processors", "consumer")  # no leases, no members
+        return group.shards
+
+    shard0, shard1 = shards()
+    assert (shard0.lag, shard0.pending, shard0.exists) == (3, 0, True)
     assert shard0.lag_s is not None and now - 1 - 1.0 <= shard0.lag_s <= now + 1
-    assert (shard1.lag, shard1.has_group, shard1.stream_length) == (1, False, 1)
+    assert (shard1.lag, shard1.exists) == (1, False)
     assert shard1.lag_s is not None and shard1.lag_s >= now - 6
 
     redis_client.xreadgroup("processors", "owner", {stream: ">"}, count=1)
-    shard0 = collect_status(client).resources[0].shards[0]
+    shard0 = shards()[0]
     assert (shard0.lag, shard0.pending) == (3, 1)
+    assert shard0.lag_s is not None and now - 1 - 1.0 <= shard0.lag_s <= now + 1
     redis_client.xack(stream, "processors", "1000-0")
     redis_client.xreadgroup("processors", "owner", {stream: ">"})
     redis_client.xack(stream, "processors", "1001-0", "1002-0")
-    shard0 = collect_status(client).resources[0].shards[0]
+    shard0 = shards()[0]
     assert (shard0.lag, shard0.pending, shard0.lag_s, shard0.entries_read) == (0, 0, 0.0, 3)
     client.close()
 
@@ -234,7 +257,8 @@ def test_processors_without_heartbeat_or_membership_are_not_live(
     client = status_client_for(redis_client)
     [pods] = collect_status(client, member_ttl=70).resources
     client.close()
-    by_member = {p.member: p for p in pods.processors}
+    [group] = pods.groups
+    by_member = {p.member: p for p in group.processors}
     assert set(by_member) == {"alive", "late", "orphan"}
     assert by_member["alive"].live and by_member["alive"].shards == (0,)
     assert by_member["alive"].heartbeat_age_s is not None
@@ -242,9 +266,9 @@ def test_processors_without_heartbeat_or_membership_are_not_live(
     assert not by_member["late"].live and by_member["late"].shards == ()
     assert not by_member["orphan"].live and by_member["orphan"].heartbeat_age_s is None
     assert by_member["orphan"].shards == (1,)
-    assert pods.owned_shards == 1
+    assert group.owned_shards == 1 and group.kind == "processor" and not group.synced
     assert pods.leader is None and pods.synced is False
-    assert (pods.shards[0].owner, pods.shards[0].owner_epoch) == ("alive", 4)
+    assert (group.shards[0].owner, group.shards[0].owner_epoch) == ("alive", 4)
 
 
 def test_redacted_url_hides_only_the_password() -> None:

@@ -145,9 +145,11 @@ def test_pipeline_on_a_cluster_under_churn_with_a_kill(
     assert pods["resource"] == "pods" and pods["synced"] is True
     assert [shard["shard"] for shard in pods["shards"]] == list(range(SHARDS))
     assert sum(shard["stream_length"] for shard in pods["shards"]) == len(entries)
-    live = {p["member"].split("/")[0] for p in pods["processors"] if p["live"]}
+    [group] = pods["groups"]
+    assert (group["name"], group["synced"], group["owned_shards"]) == ("processors", True, SHARDS)
+    live = {p["member"].split("/")[0] for p in group["processors"] if p["live"]}
     assert live == {"p2", "p3"}
-    assert {shard["owner"].split("/")[0] for shard in pods["shards"]} == {"p2", "p3"}
+    assert {shard["owner"].split("/")[0] for shard in group["shards"]} == {"p2", "p3"}
     result = run_command(
         CLI, "subscribe", "pods", "--redis-url", redis_cluster.url, "--redis-cluster",
         "--from-beginning", "--count", str(len(entries)),

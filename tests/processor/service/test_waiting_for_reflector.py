@@ -144,7 +144,9 @@ def test_a_processor_waits_unready_for_its_reflector_then_syncs(
             )
             [configmaps] = document["resources"]
             assert configmaps["has_reflector"] is False
-            assert [p["live"] for p in configmaps["processors"]] == [True]
+            [group] = configmaps["groups"]  # members, no consumer group yet
+            assert [p["live"] for p in group["processors"]] == [True]
+            assert [shard["exists"] for shard in group["shards"]] == [False] * len(group["shards"])
 
             refused = one_line_error(
                 run_command([CLI, "subscribe", "configmaps", "--redis-url", secret_url]),
