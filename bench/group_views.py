@@ -18,6 +18,9 @@ What runs:
    * ``labels``: ``--label-selector app=checkout``, one app of 8 (~12.5 %; the churn never
      changes ``app``, so the same pods stay in the view): reported, no target;
    * ``metadata``: ``--project metadata``, every pod, apiVersion/kind/metadata only;
+   * ``minimal``: ``--project metadata.name``, every pod, only what a projection always keeps
+     (name, namespace, uid, resourceVersion): what a cached pod costs whatever it holds, the
+     floor under ``metadata``'s figure (reported, no target);
    * ``empty``: ``--namespace`` of a namespace without pods: the zero-cache baseline (its RSS
      is the interpreter, the libraries and the processor's own structures).
 
@@ -110,6 +113,7 @@ VIEWS = (
         role="label view",
     ),
     View("metadata", {"project": "metadata"}, role="projection"),
+    View("minimal", {"project": "metadata.name"}, role="per-pod floor of a cache"),
     View(
         "empty",
         {"namespace": NO_PODS_NAMESPACE},
@@ -273,8 +277,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         process, server = start_simulator_and_redis(stack, settings, workdir)
         sim = Sim(process)
-        progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
-        progress(args, f"populating {args.pods:,} pods")
+        progress(args, f"populating {args.pods:,} pods (simulator {sim.url}, {server.url})")
         sim.populate(args.pods, seed=1)
         reflector = start_reflector(args, sim, server.url, workdir, stack)
         client = redis.Redis.from_url(server.url, socket_timeout=60)

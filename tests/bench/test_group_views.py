@@ -13,7 +13,7 @@ from tests.bench.support import ROOT, assert_usage_errors, run_bench
 
 BENCH = ROOT / "bench" / "group_views.py"
 PODS, UPDATES = 300, 300
-GROUPS = ["full", "filtered", "labels", "metadata", "empty"]
+GROUPS = ["full", "filtered", "labels", "metadata", "minimal", "empty"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -30,8 +30,8 @@ def test_every_group_holds_what_its_view_selects(report: dict[str, Any]) -> None
     assert [row["group"] for row in report["groups"]] == GROUPS
     held = {name: row["pods_held"] for name, row in groups.items()}
     # The simulator spreads pods round-robin over 10 namespaces: one of them is exactly 10 %.
-    assert (held["full"], held["filtered"], held["metadata"], held["empty"]) == (
-        PODS, PODS // 10, PODS, 0,
+    assert (held["full"], held["filtered"], held["metadata"], held["minimal"], held["empty"]) == (
+        PODS, PODS // 10, PODS, PODS, 0,
     )  # fmt: skip
     assert 0 < held["labels"] < PODS
     for row in report["groups"]:
@@ -49,7 +49,8 @@ def test_every_group_read_every_entry_and_handled_its_share(report: dict[str, An
         assert row["backlog"]["cpu_s"] >= 0 and row["backlog"]["seconds"] > 0
         assert row["idle_cpu_ms_per_s"] >= 0
     for burst in (groups, {name: row["backlog"] for name, row in groups.items()}):
-        assert burst["full"]["updates_handled"] == burst["metadata"]["updates_handled"] == UPDATES
+        for name in ("full", "metadata", "minimal"):
+            assert burst[name]["updates_handled"] == UPDATES
         assert burst["empty"]["updates_handled"] == 0
         assert 0 <= burst["filtered"]["updates_handled"] < UPDATES
         assert 0 <= burst["labels"]["updates_handled"] < UPDATES
