@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -21,9 +28,21 @@ from informer_bus.subscribe import (
 )
 from processor_svc.membership import Membership
 from reflector_svc.retention import trim_shard
-from tests.app.subscribe.conftest import SHARDS, Deadline, Pipeline, Publisher, add_raw_entry
+from tests.app.subscribe.conftest import (
+    PROGRAM,
+    SHARDS,
+    Deadline,
+    Pipeline,
+    Publisher,
+    add_raw_entry,
+    json_lines,
+    run_subscribe,
+    start_subscribe,
+)
 from tests.reflector.publisher.support import added, deleted, updated
 from tests.support.bus import Bus
+from tests.support.cli import one_line_error
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 GROUP = "audit"
@@ -212,3 +231,120 @@ def test_groups_processors_use_and_bad_arguments_are_refused(
     assert not redis_client.exists(ShardKeys("ib", "pods", 0).for_group("billing").lease)
     for stream in (ShardKeys("ib", "pods", s).stream for s in range(SHARDS)):
         assert {g["name"] for g in redis_client.xinfo_groups(stream)} == {b"gone"}
+
+
+class Lines:
+    """A child's stdout lines, read by a thread: a test can wait for them with a timeout."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+
+    def until(
+        self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 30
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        taken: list[dict[str, Any]] = []
+        while not done(taken):
+            left = deadline - time.monotonic()
+            try:
+                taken.append(orjson.loads(self._lines.get(timeout=max(left, 0))))
+            except queue.Empty:
+                raise AssertionError(f"not done after {len(taken)} lines") from None
+        return taken
+
+
+def read_lines(process: subprocess.Popen[str], count: int) -> list[dict[str, Any]]:
+    """The next ``count`` lines of a child that is printing them; reads no further, so a child
+    with more to print soon blocks on a full pipe."""
+    assert process.stdout is not None
+    return [orjson.loads(process.stdout.readline()) for _ in range(count)]
+
+
+def rvs_per_key(lines: list[dict[str, Any]]) -> dict[str, list[int]]:
+    per_key: dict[str, list[int]] = {}
+    for line in lines:
+        per_key.setdefault(line["key"], []).append(int(line["resourceVersion"]))
+    return per_key
+
+
+def test_kill_9_mid_stream_then_a_restart_prints_everything(
+    redis_server: RedisServer, redis_client: redis.Redis, publisher: Publisher
+) -> None:
+    keys = [f"ns/p{i}" for i in range(40)]
+    publisher.publish(*(added(key, "1") for key in keys))
+    first = start_subscribe(redis_server.url, "pods", "--group", GROUP)
+    try:
+        initial = read_lines(first, len(keys))
+        # far more than a pipe holds: the subscriber is blocked writing, mid-batch, when killed
+        for rv in range(2, 52):
+            publisher.publish(*(updated(key, str(rv)) for key in keys))
+        before_kill = read_lines(first, 150)
+    finally:
+        first.kill()  # SIGKILL: no close, no acknowledgement
+        # what it had written into the pipe by then was printed (and may be acknowledged);
+        # read through the text buffer, which holds part of it already
+        assert first.stdout is not None
+        rest = first.stdout.read()
+        first.communicate(timeout=15)
+    before_kill += [
+        orjson.loads(line) for line in rest.splitlines(keepends=True) if line.endswith("\n")
+    ]
+    assert all(line["initial"] and line["type"] == "Added" for line in initial)
+    unacknowledged = pending(redis_client)
+    assert unacknowledged > 0
+
+    expected = {(key, str(rv)) for key in keys for rv in range(2, 52)}
+    second = start_subscribe(redis_server.url, "pods", "--group", GROUP)
+    try:
+        after_restart = Lines(second).until(
+            lambda taken: (
+                expected <= {(d["key"], d["resourceVersion"]) for d in before_kill + taken}
+            )
+        )
+    finally:
+        second.send_signal(signal.SIGINT)
+        second.communicate(timeout=15)
+    printed = [(d["key"], d["resourceVersion"]) for d in before_kill + after_restart]
+    assert expected <= set(printed)
+    assert not any(line["initial"] for line in after_restart)
+    for run in (before_kill, after_restart):  # each run prints every key's deltas in order
+        for key, rvs in rvs_per_key(run).items():
+            assert rvs == sorted(set(rvs)), key
+    # at least once: what was printed before the kill but not acknowledged comes again
+    redelivered = len(printed) - len(set(printed))
+    assert 0 < redelivered <= unacknowledged
+    assert pending(redis_client) == 0  # Ctrl-C acknowledged what the second run printed
+
+
+def test_the_command_line_resumes_marks_the_initial_list_and_refuses_mistakes(
+    redis_server: RedisServer, redis_client: redis.Redis, publisher: Publisher
+) -> None:
+    publisher.publish(*(added(f"ns/p{i}", "1") for i in range(8)))
+
+    table = run_subscribe(redis_server.url, "pods", "--group", GROUP, "-o", "table", "--count", "8")
+    assert table.returncode == 0, table.stderr
+    assert all(line.endswith("  (initial)") for line in table.stdout.splitlines()[1:])
+    publisher.publish(updated("ns/p1", "2"), updated("ns/p1", "3"))
+    resumed = run_subscribe(redis_server.url, "pods", "--group", GROUP, "--count", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [(d["key"], d["resourceVersion"], d["initial"]) for d in json_lines(resumed.stdout)] == [
+        ("ns/p1", "2", False),
+    ]
+    resumed = run_subscribe(redis_server.url, "pods", "--group", GROUP, "--count", "1")
+    assert [d["resourceVersion"] for d in json_lines(resumed.stdout)] == ["3"]
+
+    line = one_line_error(
+        run_subscribe(redis_server.url, "pods", "--group", GROUP, "--from-beginning"), PROGRAM
+    )
+    assert "--from-beginning and --group exclude each other" in line
+    Membership(redis_client, prefix="ib", resource="pods", member_id="m-1", ttl=30,
+               group="billing").heartbeat()  # fmt: skip
+    line = one_line_error(run_subscribe(redis_server.url, "pods", "--group", "billing"), PROGRAM)
+    assert "group 'billing' has 1 live processor member" in line
