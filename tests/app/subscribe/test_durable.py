@@ -267,6 +267,14 @@ def read_lines(process: subprocess.Popen[str], count: int) -> list[dict[str, Any
     return [orjson.loads(process.stdout.readline()) for _ in range(count)]
 
 
+def blocked_with_pending(client: redis.Redis) -> bool:
+    """Entries are pending and stay so for a while: the subscriber is stuck, not between an
+    acknowledgement and its next read."""
+    before = pending(client)
+    time.sleep(0.3)
+    return before > 0 and pending(client) == before
+
+
 def rvs_per_key(lines: list[dict[str, Any]]) -> dict[str, list[int]]:
     per_key: dict[str, list[int]] = {}
     for line in lines:
@@ -286,6 +294,8 @@ def test_kill_9_mid_stream_then_a_restart_prints_everything(
         for rv in range(2, 52):
             publisher.publish(*(updated(key, str(rv)) for key in keys))
         before_kill = read_lines(first, 150)
+        # no more reading: it fills the pipe and blocks writing, its batch unacknowledged
+        wait_until(lambda: blocked_with_pending(redis_client), 20, "the subscriber to block")
     finally:
         first.kill()  # SIGKILL: no close, no acknowledgement
         # what it had written into the pipe by then was printed (and may be acknowledged);
