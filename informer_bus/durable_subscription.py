@@ -16,7 +16,9 @@ then exactly the stream after it -- never nothing for the history that retention
 same ``MULTI`` sets a marker (:func:`initial_list_key`) that is removed only once the caller has
 acknowledged that shard's whole initial list; a start that finds it set redoes the snapshot
 (dropping and recreating the group, whose entries the new snapshot supersedes), so a crash in
-the middle of an initial list delivers it again rather than half of it.
+the middle of an initial list delivers it again rather than half of it. An existing group that
+finds retention's hard cap trimmed entries it had not acknowledged (it was stopped too long)
+starts again from the known state the same way, rather than silently missing them.
 
 One subscriber process per group is the model: two would share its consumer and its pending
 entries. Spreading a resource over several readers is what processor groups are for; a group
@@ -169,12 +171,24 @@ class GroupCursor:
         with self._client.pipeline(transaction=False) as pipe:
             pipe.xinfo_groups(keys.stream)
             pipe.exists(marker)
-            groups, redo = pipe.execute(raise_on_error=False)
-        exists = not isinstance(groups, Exception) and any(
-            _text(info["name"]) == self.group for info in groups
-        )
+            pipe.xinfo_stream(keys.stream)
+            pipe.xpending(keys.stream, self.group)
+            groups, redo, stream, pending = pipe.execute(raise_on_error=False)
+        mine = [] if isinstance(groups, Exception) else [
+            info for info in groups if _text(info["name"]) == self.group
+        ]  # fmt: skip
+        exists = bool(mine)
         if exists and not redo:
-            return None
+            lost = _trimmed(mine[0], stream, pending)
+            if not lost:
+                return None
+            log.warning(
+                "retention's hard cap trimmed entries (at least %d) group %r had not "
+                "acknowledged on %s while it was stopped: starting it again from the known state",
+                lost,
+                self.group,
+                keys.stream,
+            )
         with self._client.pipeline(transaction=True) as pipe:
             pipe.set(marker, b"1")
             pipe.hgetall(keys.objects)
@@ -194,6 +208,12 @@ class GroupCursor:
             if isinstance(reply, Exception):
                 raise reply
         last_id = _text(info["last-generated-id"])
+        if isinstance(info.get("entries-added"), int):
+            # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
+            # later start tell what a forced trim cost the group (_trimmed).
+            self._client.xgroup_setid(
+                keys.stream, self.group, last_id, entries_read=info["entries-added"]
+            )
         objects: dict[bytes, bytes] = replies[1]
         log.info(
             "%s group %r on %s at %s: delivering its %d known objects first",
@@ -266,6 +286,38 @@ class GroupCursor:
             entries = returned.get(stream)
             self._positions[stream] = _text(entries[-1][0]) if entries else _NEW
         return [(stream, entries) for stream, entries in batches if entries]
+
+
+def _id(entry_id: bytes | str) -> tuple[int, int]:
+    ms, _, seq = _text(entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _trimmed(group: dict[str, Any], stream: dict[str, Any], pending: dict[str, Any]) -> int:
+    """How many entries the group still needed that are gone from the stream (0: none).
+
+    Retention keeps what a group needs until its hard cap, which cuts from the oldest end:
+    pending entries older than the first one left are gone (a re-read would return them
+    empty), and when the trim reached past the group's position, the entries after it that
+    are missing are those the counters say were added and not read (``entries-added -
+    entries-read``) beyond the ones left. A stale ``entries-read`` (Redis before 7.4 after an
+    AOF reload) can only overstate that: a needless restart from the known state, never a
+    gap passed over.
+    """
+    first = stream.get("first-entry")
+    first_id = _id(first[0]) if first else None
+    lost = 0
+    if pending.get("pending") and (first_id is None or _id(pending["min"]) < first_id):
+        lost += 1  # at least one; the pending re-read reports each as undecodable
+    delivered = _id(group["last-delivered-id"])
+    if delivered == _id(stream["last-generated-id"]):
+        return lost
+    if first_id is not None and first_id <= delivered:
+        return lost  # the trim did not reach past the group's position
+    added, read = stream.get("entries-added"), group.get("entries-read")
+    if not isinstance(added, int) or not isinstance(read, int):
+        return lost
+    return lost + max(0, added - read - int(stream["length"]))
 
 
 def stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:

@@ -358,3 +358,30 @@ def test_the_command_line_resumes_marks_the_initial_list_and_refuses_mistakes(
                group="billing").heartbeat()  # fmt: skip
     line = one_line_error(run_subscribe(redis_server.url, "pods", "--group", "billing"), PROGRAM)
     assert "group 'billing' has 1 live processor member" in line
+
+
+def test_a_group_that_retention_cut_off_starts_again_from_the_known_state(
+    redis_client: redis.Redis, publisher: Publisher, bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    publisher.publish(*(added(f"ns/p{i}", "1") for i in range(12)))
+    with durable(redis_client) as deltas:
+        assert len(list(deltas)) == 12
+    # an ordinary trim, while stopped and with nothing missed: the group just resumes
+    for shard in bus.shards:
+        trim_shard(redis_client, shard, min_entries=0, hard_max_entries=1000)
+    publisher.publish(updated("ns/p0", "2"))
+    with durable(redis_client) as deltas:
+        assert [(d.key, d.initial) for d in deltas] == [("ns/p0", False)]
+
+    publisher.publish(*(updated(f"ns/p{i}", "3") for i in range(12)))
+    publisher.publish(deleted("ns/p1", "4"))
+    for shard in bus.shards:  # the hard cap, past what the stopped group had not read
+        assert trim_shard(redis_client, shard, min_entries=0, hard_max_entries=0).trimmed >= 0
+    publisher.publish(updated("ns/p2", "5"))
+    known = bus.known_versions()
+    with caplog.at_level("WARNING"), durable(redis_client) as deltas:
+        seen = list(deltas)
+    assert sorted(versions([d for d in seen if d.initial])) == sorted(known.items())
+    assert [d for d in seen if not d.initial] == []
+    assert "hard cap trimmed entries" in caplog.text
+    assert pending(redis_client) == markers(redis_client) == 0
