@@ -124,12 +124,7 @@ def test_a_new_group_gets_the_known_state_then_resumes_after_what_was_acknowledg
 def test_a_group_created_after_retention_trimmed_the_stream_starts_with_the_known_state(
     pipeline: Pipeline,
 ) -> None:
-    keys = sorted(pipeline.sim.ground_truth("pods"))
-    for key in keys[:4]:
-        pipeline.sim.update("pods", key, {"metadata": {"labels": {"touched": "yes"}}})
-    for key in keys[4:7]:
-        pipeline.sim.delete("pods", key)
-    wait_until(pipeline.caught_up, 20, what="the updates and deletions on the bus")
+    keys = pipeline.churn(updates=4, deletions=3)
     client = pipeline.bus.client
     for shard in pipeline.bus.shards:  # what the hard cap does to a stream nobody held
         trim_shard(client, shard, min_entries=0, hard_max_entries=0)
