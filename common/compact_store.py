@@ -19,8 +19,9 @@ What changes for callers, and why it is the right trade for big caches:
   encoded and no second copy is ever made. Index functions run on the dict being written.
 
 **What the bytes are** is the store's :class:`~common.codec.Codec`: plain JSON by default; the
-processor uses :data:`common.wire.ENVELOPE_CODEC`, whose bytes are whole wire envelopes. Whoever
-passes ``packed`` promises ``codec.unpack(packed) == obj``.
+processor uses :data:`common.wire.ENVELOPE_CODEC`, whose bytes are whole wire envelopes (a read
+parses a v2 entry's object part alone, its header skipped). Whoever passes ``packed`` promises
+``codec.unpack(packed) == obj``.
 
 Indexes are the plain :class:`~common.store.Indexer`'s: keys and index values are small
 strings, kept as they are.

@@ -1,52 +1,71 @@
 """The versioned delta envelope: what one Redis stream entry carries.
 
 Every delta the reflector publishes travels as one stream entry with a single field ``b"d"``
-(:data:`FIELD`) holding one encoded envelope. One field, not one per attribute: the blob is
-versioned and validated as a unit, and its header costs nothing beyond the object's own parse.
+(:data:`FIELD`) holding one encoded envelope; the shard's ``objects`` hash keeps the same bytes
+as the key's known state. One field, not one per attribute: the blob is versioned and validated
+as a unit, and the hash and the stream share one layout.
 
-Format, version 1: one compact JSON object (what ``orjson`` writes, no whitespace)::
+Format, version 2 (written since issue 14): a compact JSON header, one newline, the object::
 
-    {"v":1,"t":"Updated","k":"ns/name","rv":"123","uid":"...","ts":1714567890.12,"tomb":false,
-     "o":{...the object...}}
+    {"v":2,"t":"Updated","k":"ns/name","ns":"ns","rv":"123","uid":"...","ts":1714567890.12,
+     "tomb":false,"l":{"app":"web"},"f":{"spec.nodeName":"node-7"}}
+    {...the object...}
 
 ``v`` schema version, ``t`` delta type (client-go spelling, :class:`~common.deltas.DeltaType`),
-``k`` cache key, ``rv``/``uid`` the object's ``metadata.resourceVersion``/``uid`` (``""`` when
-unknown), ``ts`` when the reflector observed the change (unix seconds), ``tomb`` true for an
-inferred deletion (``DeletedFinalStateUnknown``), ``o`` the object, or its last known state for a
-tombstone (``null`` when that is unknown). All eight fields are always present.
+``k`` cache key, ``ns`` its namespace (``""`` when cluster-scoped), ``rv``/``uid`` the object's
+``metadata.resourceVersion``/``uid`` (``""`` when unknown), ``ts`` when the reflector observed the
+change (unix seconds), ``tomb`` true for an inferred deletion (``DeletedFinalStateUnknown``),
+``l`` the object's labels, ``f`` its selectable field values as the reflector computed them
+(this module knows no resource). After the newline: the object, or its last known state for a
+tombstone, or ``null`` when that is unknown. orjson never writes a raw newline, so the first one
+ends the header whatever the object part holds, and every v2 entry starts ``{"v":2,``.
 
-Why this format: measured by ``bench/wire_codecs.py`` (Python 3.11, orjson 3.13, msgpack 1.2,
-2 shared cores, best of 15) on a realistic 3.5 KB Pod (labels, annotations, ownerReferences,
-managedFields, 2 containers, volumes, conditions, containerStatuses), µs per operation::
+Why: a filtered consumer (label, namespace or field selector) decides "not in my view" on the
+header alone (:func:`decode_header`) and parses the object only for what it keeps
+(:func:`decode_object`). Measured by ``bench/wire_codecs.py`` (Python 3.11, orjson 3.13, msgpack
+1.2, 2 shared cores, best of 15) on a 3.5 KB Pod with 4 labels and 8 selectable fields, µs per
+entry, encode from the object's JSON bytes::
 
-    option                        bytes  encode  enc(pre)  decode  enc+dec
-    bare orjson (Pod only)         3492    2.34       -      8.64    10.98
-    bare msgpack (Pod only)        2921    7.22       -     14.81    22.04
-    A whole envelope, orjson       3653    2.67     0.46     9.09    11.75
-    B msgpack header + JSON bin    3594    3.13     0.63     9.22    12.35
-    C whole envelope, msgpack      3020    7.39       -     14.80    22.19
+    layout                            encode   route    keep  bytes
+    v1 one JSON document                0.39    7.95    8.89   3653
+    J  JSON header \\n object  (v2)      0.44    1.54   10.38   3998
+    M  msgpack map, len-prefixed        1.36    2.74   11.86   3906
+    M' msgpack array, len-prefixed      1.26    2.79   12.10   3878
+    B  msgpack array + object bin       1.20    1.96   10.94   3879
+    F  fields h + o (+ hash blob)       0.41    1.23    9.18   3997
 
-(``enc(pre)``: encoding from the object's JSON bytes; msgpack decoding as hardened as it would
-have to be here: ``raw=False, strict_map_key=True``, an ``ext_hook`` that rejects, and
-``unpackb``'s input-length bounds.)
+(``route`` the header alone; ``keep`` header, object and their agreement; msgpack decoding as
+hardened as a consumer must configure it.) msgpack headers encode 3x slower and route slower
+than a JSON header for 3 % fewer bytes, so msgpack is not used. Two stream fields (F) route
+0.3 µs faster, but the second field costs Redis and redis-py 0.1-0.9 µs per entry on XADD and
+-0.2 to +0.7 µs on XRANGE (1,000 entries, four runs; same stream memory), and the ``objects``
+hash holds one value per key: F needs a second, one-blob form of every entry and two layouts
+in every reader. (The v1 choice, same bench: one JSON document beat a msgpack header around the
+object and whole-envelope msgpack, 2.8x slower to encode, 1.6x to decode.)
 
-* Whole msgpack (C) is 2.8x slower to encode and 1.6x slower to decode than JSON, for 17 %
-  fewer bytes: out.
-* A msgpack header around the object's JSON bytes (B) is a second parser pass and a copy of
-  the object bytes, buying nothing A lacks: A is one ``orjson.loads`` per entry.
-* A splices the watch stream's raw object JSON in with ``orjson.Fragment`` instead of
-  re-serialising the dict: 0.46 µs instead of 2.67 µs per encode.
-* Through this module, validation included: encode 2.93 µs (1.01 µs from ``obj_json``), decode
-  11.35 µs; encode+decode = 1.30x the bare ``orjson.dumps`` + ``loads`` of the same Pod
-  (1.13x on the reflector's ``obj_json`` path). Target: <= 1.5x.
+Through this module, validation included (same run): ``decode_header`` 3.3 µs against 13.5 µs
+for ``decode_envelope``, so routing costs a quarter of a full decode (a v1 entry routes at full
+cost, 11.7 µs). Encode from ``obj_json`` 2.0 µs with the 8 fields (1.7 µs without; v1: 0.9
+µs), 4.2 µs from the dict: the header's labels and fields are checked and serialised. A v2
+entry decodes in 1.3x a v1 one (two parses; labels and fields are parsed in the header and
+again in the object) = 1.66x the bare ``orjson.loads`` of the Pod. Encode+decode against the
+bare ``orjson.dumps`` + ``loads``: 1.50x on the reflector's ``obj_json`` path with the 8 fields
+(1.38x without fields), 1.62x from the dict (v1: 1.13x and 1.30x; target <= 1.5x). The excess
+over v1 is the header this format exists for.
+
+Version 1, still decoded by every entry point (streams and hashes written before v2 keep it
+until trimmed or rewritten): one compact JSON object
+``{"v":1,"t":...,"k":...,"rv":...,"uid":...,"ts":...,"tomb":...,"o":{...}}`` with the same
+meanings and no labels or fields. Its header is the whole document, so :func:`decode_header`
+parses and validates all of it (labels taken from the object, ``fields`` empty).
 
 Decoding is strict, because a bad entry must stop at the consumer's door, not corrupt a cache:
 anything malformed raises :class:`WireDecodeError` (a ``ValueError``) and nothing else, with a
 message that says what was wrong. The size limit is checked before parsing. Unknown fields and
 unknown versions are rejected rather than ignored: a new format gets a new ``v``, and this module
-keeps decoding every version in :data:`SUPPORTED_VERSIONS` (a test pins a v1 byte string).
-The header must agree with the object (key, resourceVersion, uid), so a consumer may route or
-dedupe on the header alone without ever disagreeing with what it stores.
+keeps decoding every version in :data:`SUPPORTED_VERSIONS` (tests pin a v1 and a v2 byte
+string). The header must agree with the object (key, resourceVersion, uid, labels), so a
+consumer may route or dedupe on the header alone without ever disagreeing with what it stores.
 """
 
 from __future__ import annotations
@@ -54,11 +73,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
-from common.codec import Codec, exact_bytes
+from common.codec import Codec
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 
@@ -72,17 +91,20 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "WIRE_VERSION",
     "DeltaEnvelope",
+    "EntryHeader",
     "WireDecodeError",
     "decode_envelope",
+    "decode_header",
+    "decode_object",
     "encode_envelope",
     "envelope_from_fields",
     "envelope_to_fields",
 ]
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2
 """The version :func:`encode_envelope` writes."""
 
-SUPPORTED_VERSIONS: Final = frozenset({1})
+SUPPORTED_VERSIONS: Final = frozenset({1, 2})
 """The versions :func:`decode_envelope` reads; old versions stay here while streams hold them."""
 
 DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024
@@ -93,6 +115,13 @@ FIELD: Final = b"d"
 """The one field of a stream entry, holding the encoded envelope."""
 
 _V1_FIELDS: Final = frozenset({"v", "t", "k", "rv", "uid", "ts", "tomb", "o"})
+_V2_FIELDS: Final = frozenset({"v", "t", "k", "ns", "rv", "uid", "ts", "tomb", "l", "f"})
+_V2_PREFIX: Final = b'{"v":2,'
+"""How every v2 entry starts (the encoder writes ``v`` first): the version is known before any
+parse, and a v1 document (``{"v":1,...``, or any other order) never starts like this."""
+_NO_OBJECT: Final = b"null"
+_STRINGS_ONLY: Final = frozenset({str})
+_NO_SEPARATOR: Final = "v2 envelope has no newline between its header and its object"
 _DELTA_TYPES: Final[dict[str, DeltaType]] = {member.value: member for member in DeltaType}
 
 
@@ -213,39 +242,93 @@ def _set_fields(  # noqa: PLR0917 - DeltaEnvelope's positional fields, in order
     _set_tombstone(env, tombstone)
 
 
+class EntryHeader(NamedTuple):
+    """What a consumer routes on without parsing the object: the header of a v2 entry.
+
+    A named tuple because one is built per entry routed: immutable, no per-instance dict, and
+    the cheapest record to construct (0.12 µs from the decoder against 0.8 µs for a frozen
+    slots dataclass). Built and validated by :func:`decode_header`; the constructor checks
+    nothing. ``labels`` are the object's ``metadata.labels`` (``{}`` without them, or for a
+    tombstone without its last object); ``fields`` the selectable field values the reflector
+    computed (``spec.nodeName`` -> ``node-7``), ``{}`` when it gave none. ``namespace`` is
+    ``""`` for a cluster-scoped key. ``has_object``: whether the entry carries an object (false
+    only for a tombstone whose last state is unknown). The dicts are the decoder's own: treat
+    them as read-only.
+    """
+
+    type: DeltaType
+    key: str
+    namespace: str
+    resource_version: str
+    uid: str
+    labels: dict[str, str]
+    fields: dict[str, str]
+    observed_at: float
+    tombstone: bool
+    has_object: bool
+
+
+_new_tuple: Final = tuple.__new__
+_new_envelope: Final = object.__new__
+
+
 def encode_envelope(
-    env: DeltaEnvelope, *, obj_json: bytes | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+    env: DeltaEnvelope,
+    *,
+    obj_json: bytes | None = None,
+    fields: Mapping[str, str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> bytes:
-    """Encode ``env`` in the current format (:data:`WIRE_VERSION`).
+    """Encode ``env`` in the current format (:data:`WIRE_VERSION`): header, newline, object.
 
     ``obj_json``, when given, is ``env.obj`` already serialised as JSON (the raw bytes the watch
     stream delivered); it is spliced in verbatim instead of re-serialising the dict. It is not
     re-parsed (that would cost what it saves), only checked to look like one JSON object: the
     caller vouches that it is ``env.obj``, and consumers re-validate it on decode.
 
-    Raises ``ValueError`` when the result would exceed ``max_bytes``: an envelope consumers would
-    refuse must fail here, at the producer, not as a poison entry on the stream.
+    ``fields``: the object's selectable field values (``{"spec.nodeName": "node-7"}``), which
+    the caller computes (this module knows no resource); they travel in the header so that a
+    field selector needs no object parse. The header's labels come from ``env.obj``.
+
+    Raises ``ValueError`` when the result would exceed ``max_bytes`` (an envelope consumers
+    would refuse must fail here, at the producer, not as a poison entry on the stream), or when
+    the labels or ``fields`` are not strings to strings.
     """
-    obj: object = env.obj
+    obj = env.obj
     if obj_json is not None:
-        if env.obj is None:
+        if obj is None:
             raise ValueError("obj_json was given for an envelope without an object")
-        obj_json = obj_json.strip()
-        if not (obj_json.startswith(b"{") and obj_json.endswith(b"}")):
+        part = obj_json.strip()
+        if not (part.startswith(b"{") and part.endswith(b"}")):
             raise ValueError("obj_json must be the JSON bytes of one object ('{...}')")
-        obj = orjson.Fragment(obj_json)
-    data = orjson.dumps(
-        {
-            "v": WIRE_VERSION,
-            "t": env.type.value,
-            "k": env.key,
-            "rv": env.resource_version,
-            "uid": env.uid,
-            "ts": env.observed_at,
-            "tomb": env.tombstone,
-            "o": obj,
-        }
-    )
+    else:
+        part = _NO_OBJECT if obj is None else orjson.dumps(obj)
+    labels = _labels_of(obj)
+    if labels is None:
+        raise ValueError(f"metadata.labels of {env.key!r} must map strings to strings")
+    selectable = {} if fields is None else fields if type(fields) is dict else dict(fields)
+    if not _is_string_map(selectable):
+        raise ValueError(f"fields of {env.key!r} must map strings to strings")
+    key = env.key
+    slash = key.find("/")
+    try:
+        header = orjson.dumps(
+            {
+                "v": WIRE_VERSION,
+                "t": env.type.value,
+                "k": key,
+                "ns": key[:slash] if slash > 0 else "",
+                "rv": env.resource_version,
+                "uid": env.uid,
+                "ts": env.observed_at,
+                "tomb": env.tombstone,
+                "l": labels,
+                "f": selectable,
+            }
+        )
+    except TypeError as exc:  # a key that is not a string: orjson checks those, not _is_string_map
+        raise ValueError(f"labels and fields of {env.key!r} must map strings to strings") from exc
+    data = b"\n".join((header, part))
     if len(data) > max_bytes:
         raise ValueError(
             f"envelope for {env.key!r} is {len(data)} bytes, over the {max_bytes}-byte limit"
@@ -253,50 +336,175 @@ def encode_envelope(
     return data
 
 
-def decode_envelope(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> DeltaEnvelope:
-    """Decode and validate one envelope; raises :class:`WireDecodeError` and nothing else.
+def decode_header(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> EntryHeader:
+    """The routing decode: the entry's header, validated, without parsing its object.
 
-    ``max_bytes`` is enforced before parsing, so an oversized entry costs no parse. The cost is
-    one ``orjson.loads`` of the entry plus ~2.7 µs of checks (8.6 -> 11.4 µs for a 3.5 KB Pod).
+    Checked here: the size limit (before any parse), the framing, every header field's type,
+    the delta type, the tombstone rules, the key's shape and that ``ns`` is the key's namespace.
+    The object part is not looked at beyond whether it is ``null``, so a garbage object passes
+    here and fails :func:`decode_object`. Raises :class:`WireDecodeError` and nothing else.
+
+    A v1 entry has no separate header: it is parsed and validated whole (labels derived from
+    its object, ``fields`` empty), so v1 entries route at the full decode's cost.
+    """
+    try:
+        _check_bytes(data, max_bytes)
+        if not data.startswith(_V2_PREFIX):
+            return _header_of_envelope(_decode_document(data))
+        return _v2_header(data, data.find(b"\n"))
+    except WireDecodeError:
+        raise
+    except Exception as exc:
+        raise _as_decode_error(exc) from exc
+
+
+def decode_object(data: bytes, header: EntryHeader) -> Obj | None:
+    """The object of the entry ``data`` whose header :func:`decode_header` returned.
+
+    Validated against ``header``: the object's key, resourceVersion, uid and labels must be the
+    header's, so whatever was routed on is what gets stored. ``None`` for a tombstone without
+    its last object. Raises :class:`WireDecodeError` and nothing else. A v1 entry is parsed
+    again (it has no separate object part).
     """
     try:
         if type(data) is not bytes:
             raise WireDecodeError(f"envelope must be bytes, got {type(data).__name__}")
-        if len(data) > max_bytes:
-            raise WireDecodeError(
-                f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit (not parsed)"
-            )
-        # Encoders write compact JSON: one object, nothing before or after it. Checking the
-        # framing first rejects other formats (and trailing whitespace, which orjson would
-        # accept) before the parser sees them.
-        if not (data.startswith(b"{") and data.endswith(b"}")):
-            raise WireDecodeError(
-                f"envelope must be one JSON object with nothing around it, got {_preview(data)}"
-            )
-        doc = orjson.loads(data)
-        version = doc.get("v")
-        if type(version) is not int or version not in SUPPORTED_VERSIONS:
-            shown = "missing" if version is None else _short(version)
-            raise WireDecodeError(
-                f"unsupported envelope schema version {shown}; this build reads versions "
-                f"{sorted(SUPPORTED_VERSIONS)}"
-            )
-        return _decode_v1(doc)
+        if data.startswith(_V2_PREFIX):
+            return _v2_object(data, data.find(b"\n"), header)
+        obj = _decode_document(data).obj
+        if obj is None and not header.has_object:
+            return None
+        _check_agreement(obj, header)
+        return obj
     except WireDecodeError:
         raise
-    except orjson.JSONDecodeError as exc:
-        raise WireDecodeError(f"envelope is not valid JSON: {exc}") from exc
-    except ValueError as exc:  # an envelope invariant, from DeltaEnvelope.__init__
-        raise WireDecodeError(str(exc)) from exc
-    except Exception as exc:  # the contract: no other exception type escapes, whatever the input
-        raise WireDecodeError(f"malformed envelope: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise _as_decode_error(exc) from exc
+
+
+def decode_envelope(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> DeltaEnvelope:
+    """Decode and validate one envelope (either version); raises :class:`WireDecodeError` and
+    nothing else.
+
+    ``max_bytes`` is enforced before parsing, so an oversized entry costs no parse. A v2 entry
+    is what :func:`decode_header` and :func:`decode_object` check, in one pass: two parses, of
+    the header and of the object.
+    """
+    try:
+        _check_bytes(data, max_bytes)
+        if not data.startswith(_V2_PREFIX):
+            return _decode_document(data)
+        cut = data.find(b"\n")
+        header = _v2_header(data, cut)
+        obj = _v2_object(data, cut, header)
+        # Everything DeltaEnvelope's constructor checks, the header and the object passed.
+        env = _new_envelope(DeltaEnvelope)
+        _set_fields(
+            env,
+            header.type,
+            header.key,
+            header.resource_version,
+            header.uid,
+            obj,
+            header.observed_at,
+            header.tombstone,
+        )
+        return env
+    except WireDecodeError:
+        raise
+    except Exception as exc:
+        raise _as_decode_error(exc) from exc
+
+
+def _v2_header(data: bytes, cut: int) -> EntryHeader:
+    """The header of the v2 entry ``data`` whose first newline is at ``cut``."""
+    if cut < 0:
+        raise WireDecodeError(_NO_SEPARATOR)
+    if data[cut - 1] != 0x7D:  # "}"
+        raise WireDecodeError(f"v2 header must be one JSON object, got {_preview(data[:cut])}")
+    doc = orjson.loads(data[:cut])  # a copy of ~300 bytes is cheaper than a memoryview
+    return _header_v2(doc, has_object=len(data) - cut != 5 or not data.endswith(_NO_OBJECT))
+
+
+def _v2_object(data: bytes, cut: int, header: EntryHeader) -> Obj | None:
+    """The object part of the v2 entry ``data`` (first newline at ``cut``), checked."""
+    if cut < 0:
+        raise WireDecodeError(_NO_SEPARATOR)
+    if not header.has_object:
+        if len(data) - cut != 5 or not data.endswith(_NO_OBJECT):
+            raise WireDecodeError("the header says no object, but the entry has one")
+        return None
+    if data[cut + 1 : cut + 2] != b"{" or not data.endswith(b"}"):
+        raise WireDecodeError(
+            "v2 object must be one JSON object with nothing around it, got "
+            + _preview(data[cut + 1 :])
+        )
+    obj = orjson.loads(memoryview(data)[cut + 1 :])  # parsed in place, not copied
+    _check_agreement(obj, header)
+    return obj  # type: ignore[no-any-return]
+
+
+def _check_agreement(obj: object, header: EntryHeader) -> None:
+    problem = _object_disagreement(obj, header)
+    if problem is not None:
+        raise WireDecodeError(
+            f"object of {_short(header.key)} disagrees with its header: {problem}"
+        )
+
+
+def _check_bytes(data: bytes, max_bytes: int) -> None:
+    if type(data) is not bytes:
+        raise WireDecodeError(f"envelope must be bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise WireDecodeError(
+            f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit (not parsed)"
+        )
+
+
+def _as_decode_error(exc: Exception) -> WireDecodeError:
+    """The one exception type decoding lets out, whatever went wrong."""
+    if isinstance(exc, WireDecodeError):
+        return exc
+    if isinstance(exc, orjson.JSONDecodeError):
+        return WireDecodeError(f"envelope is not valid JSON: {exc}")
+    if isinstance(exc, ValueError):  # an envelope invariant, from DeltaEnvelope.__init__
+        return WireDecodeError(str(exc))
+    return WireDecodeError(f"malformed envelope: {type(exc).__name__}: {exc}")
+
+
+def _decode_document(data: bytes) -> DeltaEnvelope:
+    """A version-1 entry: one JSON document (size already checked)."""
+    # Encoders write compact JSON: one object, nothing before or after it. Checking the
+    # framing first rejects other formats (and trailing whitespace, which orjson would
+    # accept) before the parser sees them.
+    if not (data.startswith(b"{") and data.endswith(b"}")):
+        raise WireDecodeError(
+            f"envelope must be one JSON object with nothing around it, got {_preview(data)}"
+        )
+    doc = orjson.loads(data)
+    version = doc.get("v")
+    if version == 2 and type(version) is int:
+        raise WireDecodeError(
+            'a v2 envelope must start with {"v":2, and have its object after a newline'
+        )
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        shown = "missing" if version is None else _short(version)
+        raise WireDecodeError(
+            f"unsupported envelope schema version {shown}; this build reads versions "
+            f"{sorted(SUPPORTED_VERSIONS)}"
+        )
+    return _decode_v1(doc)
 
 
 def envelope_to_fields(
-    env: DeltaEnvelope, *, obj_json: bytes | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+    env: DeltaEnvelope,
+    *,
+    obj_json: bytes | None = None,
+    fields: Mapping[str, str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> dict[FieldT, EncodableT]:
     """The XADD field mapping for ``env``: ``{FIELD: encoded}`` (see :func:`encode_envelope`)."""
-    return {FIELD: encode_envelope(env, obj_json=obj_json, max_bytes=max_bytes)}
+    return {FIELD: encode_envelope(env, obj_json=obj_json, fields=fields, max_bytes=max_bytes)}
 
 
 def envelope_from_fields(
@@ -339,6 +547,183 @@ def _decode_v1(doc: dict[str, Any]) -> DeltaEnvelope:
     return DeltaEnvelope(
         delta_type, doc["k"], doc["rv"], doc["uid"], doc["o"], doc["ts"], doc["tomb"]
     )
+
+
+def _header_of_envelope(env: DeltaEnvelope) -> EntryHeader:
+    """The header a v1 entry would have had (it carries no labels of its own, nor fields)."""
+    labels = _labels_of(env.obj)
+    if labels is None:
+        raise WireDecodeError(f"metadata.labels of {_short(env.key)} must map strings to strings")
+    slash = env.key.find("/")
+    return EntryHeader(
+        env.type,
+        env.key,
+        env.key[:slash] if slash > 0 else "",
+        env.resource_version,
+        env.uid,
+        labels,
+        {},
+        env.observed_at,
+        env.tombstone,
+        env.obj is not None,
+    )
+
+
+def _header_v2(doc: dict[str, Any], *, has_object: bool) -> EntryHeader:
+    try:  # ten distinct keys, all of them found: the key set is exactly _V2_FIELDS
+        if len(doc) != len(_V2_FIELDS):
+            raise KeyError
+        key, namespace, resource_version, uid = doc["k"], doc["ns"], doc["rv"], doc["uid"]
+        observed_at, tombstone, labels, selectable = doc["ts"], doc["tomb"], doc["l"], doc["f"]
+        type_name = doc["t"]
+    except KeyError:
+        missing = sorted(_V2_FIELDS - doc.keys())
+        unknown = sorted(doc.keys() - _V2_FIELDS)
+        raise WireDecodeError(
+            f"v2 header fields wrong: missing {missing}, unknown {unknown}"
+        ) from None
+    delta_type = _DELTA_TYPES.get(type_name) if type(type_name) is str else None
+    # One expression for the well-formed header (every entry but a poison one), so the
+    # routing decode costs little more than its parse; what is wrong is worked out only
+    # when something is.
+    slash = key.find("/") if type(key) is str else -2
+    if (
+        delta_type is not None
+        and (
+            (slash == -1 and key and namespace == "")
+            or (
+                0 < slash < len(key) - 1
+                and key.find("/", slash + 1) < 0
+                and namespace == key[:slash]
+            )
+        )
+        and type(resource_version) is str
+        and type(uid) is str
+        and (type(observed_at) is float or type(observed_at) is int)
+        and math.isfinite(observed_at)
+        and type(tombstone) is bool
+        and type(labels) is dict
+        and _STRINGS_ONLY.issuperset(map(type, labels.values()))
+        and type(selectable) is dict
+        and _STRINGS_ONLY.issuperset(map(type, selectable.values()))
+        and (has_object or (tombstone and not (resource_version or uid or labels)))
+        and (not tombstone or delta_type is DeltaType.DELETED)
+    ):
+        return _new_tuple(
+            EntryHeader,
+            (
+                delta_type,
+                key,
+                namespace,
+                resource_version,
+                uid,
+                labels,
+                selectable,
+                observed_at,
+                tombstone,
+                has_object,
+            ),
+        )
+    raise WireDecodeError(_header_violation(doc, has_object=has_object))
+
+
+def _header_violation(doc: dict[str, Any], *, has_object: bool) -> str:
+    """Why :func:`_header_v2` refused ``doc`` (whose fields are the right ones)."""
+    type_name = doc["t"]
+    if not (type(type_name) is str and type_name in _DELTA_TYPES):
+        return f"unknown delta type {_short(type_name)}; expected one of {sorted(_DELTA_TYPES)}"
+    key, resource_version, uid, labels = doc["k"], doc["rv"], doc["uid"], doc["l"]
+    tombstone = doc["tomb"]
+    problem = (
+        _key_violation(key, doc["ns"])
+        or _scalar_violation(resource_version, uid, doc["ts"], tombstone)
+        or _map_violation(labels, doc["f"])
+    )
+    if problem is None:
+        if tombstone and type_name != DeltaType.DELETED.value:
+            problem = f"a tombstone (inferred deletion) must have type Deleted, not {type_name}"
+        elif not has_object and not tombstone:
+            problem = f"a {type_name} delta needs an object (only a tombstone may lack one)"
+        else:
+            problem = "a tombstone without its last object has no resource_version, uid or labels"
+    return f"invalid v2 header for key {_short(key)}: {problem}"
+
+
+def _key_violation(key: object, namespace: object) -> str | None:
+    if type(key) is not str or not key:
+        return f"key must be a non-empty string, got {_short(key)}"
+    parts = key.split("/")
+    if len(parts) > 2 or not all(parts):
+        return "key must be 'namespace/name' or 'name'"
+    expected = parts[0] if len(parts) == 2 else ""
+    if namespace != expected:
+        return f"namespace {_short(namespace)} is not the key's {_short(expected)}"
+    return None
+
+
+def _scalar_violation(
+    resource_version: object, uid: object, observed_at: object, tombstone: object
+) -> str | None:
+    if type(resource_version) is not str:
+        return f"resource_version must be a string ('' if unknown), got {_short(resource_version)}"
+    if type(uid) is not str:
+        return f"uid must be a string ('' if unknown), got {_short(uid)}"
+    if not (type(observed_at) is float or type(observed_at) is int) or not math.isfinite(
+        observed_at
+    ):
+        return f"observed_at must be finite unix seconds, got {_short(observed_at)}"
+    if type(tombstone) is not bool:
+        return f"tombstone must be a bool, got {_short(tombstone)}"
+    return None
+
+
+def _map_violation(labels: object, selectable: object) -> str | None:
+    if not _is_string_map(labels):
+        return f"labels must map strings to strings, got {_short(labels)}"
+    if not _is_string_map(selectable):
+        return f"fields must map strings to strings, got {_short(selectable)}"
+    return None
+
+
+def _is_string_map(value: object) -> bool:
+    """A dict whose values are strings; its keys are too when it came from JSON (and the
+    encoder's orjson.dumps refuses any other key)."""
+    return type(value) is dict and _STRINGS_ONLY.issuperset(map(type, value.values()))
+
+
+def _labels_of(obj: Obj | None) -> dict[str, str] | None:
+    """``metadata.labels`` (``{}`` when absent), or ``None`` when they are not strings."""
+    if obj is None:
+        return {}
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if type(metadata) is dict else None
+    if labels is None:
+        return {}
+    return labels if _is_string_map(labels) else None
+
+
+def _object_disagreement(obj: object, header: EntryHeader) -> str | None:
+    """How ``obj`` disagrees with the header it came with, or ``None``."""
+    if type(obj) is not dict:
+        return f"obj must be a dict (a JSON object) or None, got {type(obj).__name__}"
+    metadata = obj.get("metadata")
+    if type(metadata) is dict:  # the usual case, in one step; anything odd, the long way
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        labels = metadata.get("labels")
+        if (
+            type(name) is str
+            and name
+            and (f"{namespace}/{name}" if namespace else name) == header.key
+            and metadata.get("resourceVersion", "") == header.resource_version
+            and metadata.get("uid", "") == header.uid
+            and ({} if labels is None else labels) == header.labels
+        ):
+            return None
+    problem = _identity_disagreement(obj, header.key, header.resource_version, header.uid)
+    if problem is not None:
+        return problem
+    labels = obj["metadata"].get("labels")
+    return f"labels {_short(header.labels)} are not the object's {_short(labels)}"
 
 
 def _invariant_violation(env: DeltaEnvelope) -> str | None:
@@ -387,20 +772,25 @@ def _consistency_violation(env: DeltaEnvelope) -> str | None:
         if len(parts) > 2 or not all(parts):
             return "key must be 'namespace/name' or 'name'"
         return None
+    return _identity_disagreement(obj, env.key, env.resource_version, env.uid)
+
+
+def _identity_disagreement(obj: Obj, key: str, resource_version: str, uid: str) -> str | None:
+    """How ``obj``'s key, resourceVersion or uid differ from the ones given, or ``None``."""
     try:
         object_key = meta_namespace_key(obj)
     except ValueError as exc:
         return str(exc)
-    if object_key != env.key:
+    if object_key != key:
         return f"key does not match the object's key {_short(object_key)}"
-    resource_version, uid = _version_and_uid(obj)
-    if resource_version != env.resource_version:
+    object_version, object_uid = _version_and_uid(obj)
+    if object_version != resource_version:
         return (
-            f"resource_version {_short(env.resource_version)} is not the object's "
-            f"{_short(resource_version)}"
+            f"resource_version {_short(resource_version)} is not the object's "
+            f"{_short(object_version)}"
         )
-    if uid != env.uid:
-        return f"uid {_short(env.uid)} is not the object's {_short(uid)}"
+    if object_uid != uid:
+        return f"uid {_short(uid)} is not the object's {_short(object_uid)}"
     return None
 
 
@@ -432,16 +822,20 @@ def _describe_fields(fields: Mapping[Any, Any] | None) -> str:
 
 
 def _object_of_envelope(packed: bytes) -> Obj:
-    obj: Obj = orjson.loads(packed)["o"]
+    if packed.startswith(_V2_PREFIX) or packed.startswith(b"\n"):  # a v2 entry, or a holder
+        obj: Obj = orjson.loads(memoryview(packed)[packed.find(b"\n") + 1 :])
+        return obj
+    obj = orjson.loads(packed)["o"]  # a v1 entry
     return obj
 
 
 def _object_holder(obj: Obj) -> bytes:
-    return exact_bytes(orjson.dumps({"o": obj}))
+    return b"\n" + orjson.dumps(obj)  # a new bytes of exactly its size: nothing to trim
 
 
 ENVELOPE_CODEC: Final = Codec(_object_holder, _object_of_envelope)
 """For a :class:`~common.compact_store.CompactIndexer` that keeps stream entries as they came:
-``unpack`` reads the object of an envelope already validated on arrival (one parse, no
-checks), and ``pack`` writes the smallest document it reads back, ``{"o": ...}``, for the
-objects that arrive without their envelope. Never decode those holders as envelopes."""
+``unpack`` reads the object of an entry already validated on arrival, v1 or v2 (one parse, of
+the object alone for v2, no checks), and ``pack`` writes the smallest holder it reads back, an
+empty header and the object (``b"\\n{...}"``), for the objects that arrive without their
+entry. Never decode those holders as envelopes (they fail to, having no header)."""

@@ -36,6 +36,8 @@ _HELP: Final = {
     "shard_synced": "1 once the shard's initial list reached every handler",
     "dead_letters": "entries parked on the dead-letter stream (undecodable, invalid or "
     "unappliable)",
+    "entries_outside_view": "stream entries outside the group's view (--namespace, "
+    "--label-selector, --field-selector), acknowledged without parsing their object",
     "takeovers": "shard takeovers (snapshot load + initial list), including recoveries",
     "takeover_gaps": "takeovers that found unacknowledged entries already trimmed by retention "
     "(their deletions could not be delivered)",
@@ -80,6 +82,7 @@ class ProcessorMetrics:
         self.store_size = gauge("store_objects", "shard")
         self.synced = gauge("shard_synced", "shard")
         self.dead_letters = counter("dead_letters", "shard")
+        self.outside_view = counter("entries_outside_view", "shard")
         self.takeovers = counter("takeovers", "shard")
         self.takeover_gaps = counter("takeover_gaps", "shard")
         self.redis_errors = counter("redis_errors", "shard")
@@ -120,6 +123,7 @@ class ShardMetrics:
         self.store_size = metrics.store_size.labels(*labels)
         self.synced = metrics.synced.labels(*labels)
         self.dead_letters = metrics.dead_letters.labels(*labels)
+        self.skipped = metrics.outside_view.labels(*labels)
         self.takeovers = metrics.takeovers.labels(*labels)
         self.takeover_gaps = metrics.takeover_gaps.labels(*labels)
         self.redis_errors = metrics.redis_errors.labels(*labels)

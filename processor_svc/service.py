@@ -84,6 +84,7 @@ class ProcessorService:
         self.resource = settings.resource
         self.registry = registry or CollectorRegistry()
         self.group = settings.group
+        self.view = settings.view()
         self.metrics = ProcessorMetrics(self.registry, settings.group)
         self.member_id = unique_holder(settings.member_id)
         # Blocking stream reads get their own connections inside the workers (socket timeout
@@ -158,9 +159,11 @@ class ProcessorService:
         self._gate.start()
         self._supervisor.start()
         log.info(
-            "processor %s started for %s; metrics and probes on %s",
+            "processor %s started for %s, group %s (view: %s); metrics and probes on %s",
             self.member_id,
             self.resource,
+            self.group,
+            self.view,
             self._server.url,
         )
 
@@ -347,6 +350,7 @@ class ProcessorService:
             count=self.settings.read_count,
             block_ms=self.settings.block_ms,
             max_entry_bytes=self.settings.max_entry_bytes,
+            view=self.view,
         )
         with self._workers_lock:
             self._workers[shard] = worker

@@ -22,6 +22,7 @@ from common.settings import (
     require_positive,
 )
 from common.wire import DEFAULT_MAX_BYTES
+from processor_svc.view import GroupView
 
 __all__ = ["ProcessorSettings"]
 
@@ -70,6 +71,40 @@ class ProcessorSettings(ServiceSettings):
             },
         ),
     )
+    namespace: str = field(
+        default="",
+        metadata={
+            "help": "view: keep only objects of this namespace (the group's caches, listers "
+            "and handlers see nothing else)",
+            "metavar": "NS",
+        },
+    )
+    label_selector: str = field(
+        default="",
+        metadata={
+            "help": "view: keep only objects whose labels match, Kubernetes syntax "
+            "(app=web,tier in (a,b),!canary); an object that stops matching reaches the "
+            "handlers as a deletion of its last matching state",
+            "metavar": "SELECTOR",
+        },
+    )
+    field_selector: str = field(
+        default="",
+        metadata={
+            "help": "view: keep only objects whose fields match, Kubernetes syntax and fields "
+            "(metadata.name, metadata.namespace, and e.g. spec.nodeName, status.phase for pods)",
+            "metavar": "SELECTOR",
+        },
+    )
+    project: str = field(
+        default="full",
+        metadata={
+            "help": "what the caches keep of each object: full; metadata (apiVersion, kind and "
+            "metadata without managedFields); or comma-separated paths such as "
+            "spec.nodeName,status.phase (name, namespace, uid, resourceVersion always kept)",
+            "metavar": "WHAT",
+        },
+    )
     buffer_size: int = field(
         default=1000, metadata={"help": "per-handler buffer; full buffers pause stream reads"}
     )
@@ -102,5 +137,16 @@ class ProcessorSettings(ServiceSettings):
         try:
             check_resource_id(self.resource)  # the rule the reflector names its keys by
             check_group_name(self.group)  # the rule group keys are named by
+            self.view()  # the selectors' and the projection's own rules
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
+
+    def view(self) -> GroupView:
+        """The group's view of its resource, from the view flags (``ValueError`` if invalid)."""
+        return GroupView(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            project=self.project,
+        )

@@ -47,7 +47,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from common.backoff import Backoff
-from common.deltas import DeltaType
+from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
 from common.keys import DeletedFinalStateUnknown, Obj
 from common.redis_layout import GroupShardKeys
@@ -80,6 +80,7 @@ from processor_svc.fenced_stream import (
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.shard_store import ShardStore, keeps_envelopes
 from processor_svc.takeover import Commit, InitialListSink, Takeover
+from processor_svc.view import GroupView, Routed
 
 __all__ = ["NotificationSink", "ShardWorker"]
 
@@ -139,7 +140,9 @@ class ShardWorker:
     interrupt of that wait fails. :meth:`start` runs the thread
     ``shard-worker[<resource>:<shard>]``; :meth:`stop` ends it gracefully, :meth:`lost` without
     acknowledging anything more. ``backoff`` paces retries after Redis errors (client-go's
-    shape by default).
+    shape by default). ``view`` is the group's selection and projection
+    (:mod:`processor_svc.view`), applied to every entry and to the takeover's snapshot before
+    the store.
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class ShardWorker:
         block_ms: int = 1000,
         max_entry_bytes: int = DEFAULT_MAX_BYTES,
         backoff: Backoff | None = None,
+        view: GroupView | None = None,
     ) -> None:
         if keys.shard != shard:
             raise ValueError(f"keys are for shard {keys.shard}, not {shard}")
@@ -174,6 +178,8 @@ class ShardWorker:
         # A compact store that reads envelopes keeps each entry as it came: no encode, no copy.
         self._keeps_envelopes = keeps_envelopes(store)
         self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
+        # A view that keeps everything as it is costs nothing: the worker skips it.
+        self._view = None if view is None or view.is_identity else view
         self._backoff = backoff if backoff is not None else Backoff()
 
         self._metrics = metrics
@@ -190,7 +196,11 @@ class ShardWorker:
         )
         self._forwarder = _Forwarder(dispatcher, self._stop)
         self._takeovers = Takeover(
-            self._stream, max_entry_bytes=max_entry_bytes, metrics=self._m, name=self.name
+            self._stream,
+            max_entry_bytes=max_entry_bytes,
+            metrics=self._m,
+            name=self.name,
+            view=self._view,
         )
         self._blocking = BlockingRead(client, keys.stream, block_ms=block_ms, stop=self._stop)
 
@@ -467,57 +477,79 @@ class ShardWorker:
         applied: collections.Counter[DeltaType],
         observed_at: list[float],
     ) -> None:
-        store, forwarder, max_bytes, stop, keeps_envelopes = (
-            self._store,
-            self._forwarder,
-            self._max_bytes,
-            self._stop,
-            self._keeps_envelopes,
-        )
+        forwarder, stop = self._forwarder, self._stop
         forwarder.pending.clear()  # left over only by a batch that failed half-way
         # Each entry's own hold is released once its notifications are queued (after the
         # batch): a token must not complete before every handler holds it.
         queued: list[AckToken] = []
+        skipped = 0
         for raw_id, fields in entries:
             if stop.is_set():
                 return  # stopping: nothing of this batch is delivered, its entries stay pending
             entry_id = as_text(raw_id)
             self._last_id = entry_id
-            try:
-                if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
-                    packed = fields[1]  # the usual layout
-                    envelope = decode_envelope(packed, max_bytes)
-                else:
-                    envelope = envelope_from_fields(as_mapping(fields), max_bytes)
-                    packed = payload_of(fields)
-            except WireDecodeError as err:
-                self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
+            routing = self._route(entry_id, fields, tracker)
+            if routing is None:
+                continue  # parked
+            routed, packed = routing
+            if routed.delta is None:  # outside the view: acknowledged with the others
+                tracker.register(entry_id).release()
+                skipped += 1
                 continue
             token = tracker.register(entry_id)
             forwarder.token = token
             queued.append(token)
-            try:
-                process_deltas(
-                    forwarder,
-                    store,
-                    (envelope.to_delta(),),
-                    False,
-                    envelope.key,
-                    packed=packed if keeps_envelopes else None,
-                )
-            except Exception as err:  # the store refused it (an index function failed)
-                reason = f"apply: {type(err).__name__}: {err}"
-                log.warning(
-                    "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
-                )
-                self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
-                continue
-            applied[envelope.type] += 1
-            observed_at.append(envelope.observed_at)
+            if self._applied(entry_id, fields, routed.delta, routed.key, packed):
+                applied[routed.type] += 1
+                observed_at.append(routed.observed_at)
+        if skipped:
+            self._m.skipped.inc(skipped)
         if not forwarder.flush():
             return  # stopping: the tokens never complete, the entries stay pending
         for token in queued:
             token.release()
+
+    def _route(
+        self, entry_id: str, fields: Any, tracker: AckTracker
+    ) -> tuple[Routed, bytes | None] | None:
+        """What the entry means for this group, and the bytes a store that keeps entries
+        keeps of it; ``None`` for a poison entry (parked). Without a view the entry is decoded
+        whole, as it is always kept."""
+        max_bytes, view = self._max_bytes, self._view
+        try:
+            if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
+                data = fields[1]  # the usual layout
+                envelope = None if view is not None else decode_envelope(data, max_bytes)
+            else:
+                envelope = envelope_from_fields(as_mapping(fields), max_bytes)
+                data = payload_of(fields)
+            if view is not None:
+                routed = view.route(data, self._store, max_bytes)
+            else:
+                assert envelope is not None
+                routed = Routed(
+                    envelope.to_delta(), envelope.key, envelope.type, envelope.observed_at, True
+                )
+        except WireDecodeError as err:
+            self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
+            return None
+        return routed, data if self._keeps_envelopes and routed.packed_as_is else None
+
+    def _applied(
+        self, entry_id: str, fields: Any, delta: Delta, key: str, packed: bytes | None
+    ) -> bool:
+        """Apply one entry's delta to the store and collect its notifications; ``False`` when
+        the store refused it (an index function failed): the entry is parked instead."""
+        try:
+            process_deltas(self._forwarder, self._store, (delta,), False, key, packed=packed)
+        except Exception as err:
+            reason = f"apply: {type(err).__name__}: {err}"
+            log.warning(
+                "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
+            )
+            self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
+            return False
+        return True
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
         """Dead-letter an entry: it is parked and acknowledged in order, with the others."""

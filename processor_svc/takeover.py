@@ -40,14 +40,22 @@ from typing import Any, Final, Protocol
 from redis.exceptions import ResponseError
 
 from common.deltas import DeltaType
+from common.keys import Obj
 from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
 from common.store import IndexFuncError
-from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
+from common.wire import (
+    DeltaEnvelope,
+    WireDecodeError,
+    decode_envelope,
+    decode_header,
+    envelope_from_fields,
+)
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
 from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
 from processor_svc.metrics import ShardMetrics
 from processor_svc.shard_store import ShardStore, keeps_envelopes
+from processor_svc.view import GroupView
 
 __all__ = ["Commit", "InitialListSink", "ShardView", "Takeover"]
 
@@ -111,14 +119,24 @@ class Takeover:
     """Steps 1 to 5 of taking a shard over (module docstring), for one worker.
 
     Reads through ``fence``'s client and keys, and fences the lease read with the snapshot like
-    its scripts; ``name`` prefixes the log lines (the worker's thread name).
+    its scripts; ``name`` prefixes the log lines (the worker's thread name). With a ``view``
+    (:mod:`processor_svc.view`) the snapshot is selected and projected like the stream, and the
+    unacknowledged entries yield a deletion for every key whose last state there was selected
+    but which the selected snapshot lacks (it was deleted, or it left the view).
     """
 
     def __init__(
-        self, fence: FencedStream, *, max_entry_bytes: int, metrics: ShardMetrics, name: str
+        self,
+        fence: FencedStream,
+        *,
+        max_entry_bytes: int,
+        metrics: ShardMetrics,
+        name: str,
+        view: GroupView | None = None,
     ) -> None:
         self._fence, self._client, self._keys = fence, fence.client, fence.keys
         self._max_bytes = max_entry_bytes
+        self._view = view
         self._m = metrics
         self.name = name
 
@@ -216,15 +234,15 @@ class Takeover:
         keep_packed = keeps_envelopes(store)
         store.replace((), "")
         loaded: list[str] = []
+        view = self._view
         for field, value in objects.items():
             key = field.decode(errors="replace")
             try:
-                envelope = decode_envelope(value, self._max_bytes)
-                if envelope.key != key:
-                    raise WireDecodeError(f"envelope is for key {envelope.key!r}")
-                if envelope.type is DeltaType.DELETED or envelope.obj is None:
-                    raise WireDecodeError("the known state of a key cannot be a deletion")
-                store.update(envelope.obj, key, value if keep_packed else None)
+                obj = self._snapshot_object(key, value)
+                if obj is None:
+                    continue  # outside the group's view
+                kept = obj if view is None else view.project(obj)
+                store.update(kept, key, value if keep_packed and kept is obj else None)
             except WireDecodeError as err:
                 dead.append(DeadLetter.of(f"objects:{key}", f"snapshot: {err}", value))
                 continue
@@ -233,6 +251,25 @@ class Takeover:
                 continue
             loaded.append(key)
         return loaded
+
+    def _snapshot_object(self, key: str, value: bytes) -> Obj | None:
+        """The known state of ``key`` if the group's view selects it (``None`` if not); a view
+        parses only the header of what it does not select."""
+        view = self._view
+        if view is None:
+            envelope = decode_envelope(value, self._max_bytes)
+            header_key, delta_type, obj = envelope.key, envelope.type, envelope.obj
+        else:
+            header = decode_header(value, self._max_bytes)
+            header_key, delta_type = header.key, header.type
+            obj = None if delta_type is DeltaType.DELETED else view.selected_object(header, value)
+        if header_key != key:
+            raise WireDecodeError(f"envelope is for key {header_key!r}")
+        if delta_type is DeltaType.DELETED:
+            raise WireDecodeError("the known state of a key cannot be a deletion")
+        if view is None and obj is None:
+            raise WireDecodeError("the known state of a key cannot be a deletion")
+        return obj
 
     def _pending_ids(self, view: ShardView) -> set[str]:
         """The IDs in the group's pending list up to ``L`` (previous owners' in-flight)."""
@@ -260,6 +297,7 @@ class Takeover:
         pending_ids = self._pending_ids(view)
         delivered = id_tuple(view.delivered)
         deletions: dict[str, DeltaEnvelope] = {}
+        last_selected: dict[str, DeltaEnvelope] = {}  # keys that left a view, in their order
         found_pending = found_undelivered = 0
         if pending_ids:
             cursor = min(pending_ids, key=id_tuple)
@@ -282,14 +320,39 @@ class Takeover:
                 except WireDecodeError as err:
                     dead.append(DeadLetter.of(entry_id, str(err), raw_of(fields)))
                     continue
-                if envelope.type is DeltaType.DELETED and envelope.key not in snapshot_keys:
-                    deletions.pop(envelope.key, None)  # re-inserted: ordered by last deletion
-                    deletions[envelope.key] = envelope
+                if envelope.key in snapshot_keys:
+                    continue
+                selection, obj = self._view, envelope.obj
+                if envelope.type is DeltaType.DELETED:
+                    if selection is None or obj is None or selection.selects(obj):
+                        deletions.pop(envelope.key, None)  # re-inserted: by last deletion
+                        deletions[envelope.key] = envelope
+                        last_selected.pop(envelope.key, None)
+                elif selection is not None and obj is not None and selection.selects(obj):
+                    # Not in the selected snapshot: the key left the view (or was deleted)
+                    # after this selected state, which the previous owner may have delivered.
+                    deletions.pop(envelope.key, None)
+                    last_selected.pop(envelope.key, None)  # re-inserted: in their order
+                    last_selected[envelope.key] = envelope
             if len(rows) < _RANGE_CHUNK:
                 break
             cursor = "(" + as_text(rows[-1][0])
         self._report_gap(view, len(pending_ids) - found_pending, found_undelivered)
-        return list(deletions.values())
+        return [*deletions.values(), *(self._left_view(env) for env in last_selected.values())]
+
+    def _left_view(self, envelope: DeltaEnvelope) -> DeltaEnvelope:
+        """The deletion of a key that left the group's view: its last selected state, as the
+        group would have held it (projected)."""
+        assert self._view is not None and envelope.obj is not None
+        obj = self._view.project(envelope.obj)
+        return DeltaEnvelope(
+            DeltaType.DELETED,
+            envelope.key,
+            envelope.resource_version,
+            envelope.uid,
+            obj,
+            envelope.observed_at,
+        )
 
     def _report_gap(self, view: ShardView, trimmed_pending: int, undelivered: int) -> None:
         """Log and count unacknowledged entries that retention removed before we could read

@@ -22,6 +22,7 @@ from prometheus_client import Counter
 
 from common.deltas import Delta, DeltaType
 from common.keys import InvalidKeyError, Obj, meta_namespace_key
+from common.selectable_fields import header_fields
 from common.wire import DeltaEnvelope, encode_envelope
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.transform import Transform
@@ -112,8 +113,12 @@ class DeltaBuilder:
         return self._encoded(DeltaEnvelope.from_delta(delta, observed_at=self.wall_clock()))
 
     def _encoded(self, envelope: DeltaEnvelope) -> PendingDelta | None:
+        # The resource's selectable fields ride in the entry's header, so a processor group
+        # with a field selector decides without parsing the object (common.wire).
+        obj = envelope.obj
+        fields = None if obj is None else header_fields(self.resource, obj)
         try:
-            data = encode_envelope(envelope, max_bytes=self.max_object_bytes)
+            data = encode_envelope(envelope, fields=fields, max_bytes=self.max_object_bytes)
         except ValueError as exc:
             self.bad_input("oversized", str(exc))
             return None

@@ -13,7 +13,7 @@ import orjson
 
 from informer_bus.apiserver_sim.resources import ResourceType
 from informer_bus.apiserver_sim.routes import Route
-from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
+from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector, parse_selectors
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import (
@@ -60,10 +60,7 @@ def parse_rv(text: str) -> int:
 
 
 def selectors(resource: ResourceType, query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
-    labels = LabelSelector.parse(query.get("labelSelector"))
-    supported = set(resource.field_values({}))
-    fields = FieldSelector.parse(query.get("fieldSelector"), supported)
-    return labels, fields
+    return parse_selectors(resource, query.get("labelSelector"), query.get("fieldSelector"))
 
 
 def wait_not_too_large(state: ClusterState, settings: SimulatorSettings, rv: int) -> None:

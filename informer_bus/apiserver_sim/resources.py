@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from common.selectable_fields import (
+    SelectableField,
+    field_values,
+    selectable_fields,
+    supported_fields,
+)
+
 __all__ = [
     "CONFIGMAPS",
     "CRDS",
@@ -34,32 +41,12 @@ __all__ = [
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
-def _text(node: Any) -> str:
-    """A field value as a fieldSelector compares it."""
-    if node is None:
-        return ""
-    if node is True:
-        return "true"
-    if node is False:
-        return "false"
-    return node if type(node) is str else str(node)
-
-
-def _path(obj: Mapping[str, Any], parts: tuple[str, ...]) -> str:
-    node: Any = obj
-    for part in parts:
-        if not isinstance(node, dict):
-            return ""
-        node = node.get(part)
-    return _text(node)
-
-
 @dataclass(frozen=True)
 class ResourceType:
     """One served resource: where it lives in the URL space and what it can be selected by.
 
-    ``field_labels`` lists the extra fieldSelector labels a real apiserver supports for the
-    type (``metadata.name`` and ``metadata.namespace`` work everywhere).
+    Its fieldSelector labels come from :mod:`common.selectable_fields` (by :attr:`qualified`),
+    the table the processor's views use too, so the simulator and the bus select alike.
     """
 
     group: str
@@ -69,7 +56,6 @@ class ResourceType:
     kind: str
     namespaced: bool
     short_names: tuple[str, ...] = ()
-    field_labels: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # hashed on every store access: computed once
         return self._hash
@@ -93,21 +79,17 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @cached_property
-    def _field_paths(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        return tuple((label, tuple(label.split("."))) for label in self.field_labels)
+    def _fields(self) -> tuple[SelectableField, ...]:
+        return selectable_fields(self.qualified)
+
+    @property
+    def field_labels(self) -> tuple[str, ...]:
+        """The fieldSelector labels the apiserver supports for the type."""
+        return supported_fields(self.qualified)
 
     def field_values(self, obj: Mapping[str, Any]) -> dict[str, str]:
         """The values fieldSelectors compare against, extracted once per stored revision."""
-        meta = obj.get("metadata")
-        if not isinstance(meta, dict):
-            meta = {}
-        values = {
-            "metadata.name": _text(meta.get("name")),
-            "metadata.namespace": _text(meta.get("namespace")),
-        }
-        for label, parts in self._field_paths:
-            values[label] = _path(obj, parts)
-        return values
+        return field_values(self.qualified, obj)
 
     def refresh_fields(
         self, values: Mapping[str, str], member: str, value: Any
@@ -115,9 +97,9 @@ class ResourceType:
         """``values`` (from :meth:`field_values`) after the top-level ``member`` of the object
         became ``value``; the same mapping when no field label reads that member."""
         changed = {
-            label: _path({member: value}, parts)
-            for label, parts in self._field_paths
-            if parts[0] == member
+            field.name: field.value({member: value})
+            for field in self._fields
+            if field.path[0] == member
         }
         if all(values.get(label) == text for label, text in changed.items()):
             return values
@@ -137,50 +119,12 @@ class ResourceType:
         return entry
 
 
-PODS = ResourceType(
-    "",
-    "v1",
-    "pods",
-    "pod",
-    "Pod",
-    namespaced=True,
-    short_names=("po",),
-    field_labels=(
-        "spec.nodeName",
-        "status.phase",
-        "spec.restartPolicy",
-        "spec.schedulerName",
-        "spec.serviceAccountName",
-        "status.podIP",
-    ),
-)
+PODS = ResourceType("", "v1", "pods", "pod", "Pod", namespaced=True, short_names=("po",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",))
-SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", True, (), ("type",))
-NAMESPACES = ResourceType(
-    "", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), ("status.phase",)
-)
-NODES = ResourceType("", "v1", "nodes", "node", "Node", False, ("no",), ("spec.unschedulable",))
-EVENTS = ResourceType(
-    "",
-    "v1",
-    "events",
-    "event",
-    "Event",
-    namespaced=True,
-    short_names=("ev",),
-    field_labels=(
-        "involvedObject.kind",
-        "involvedObject.namespace",
-        "involvedObject.name",
-        "involvedObject.uid",
-        "involvedObject.apiVersion",
-        "involvedObject.resourceVersion",
-        "involvedObject.fieldPath",
-        "reason",
-        "reportingComponent",
-        "type",
-    ),
-)
+SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", True)
+NAMESPACES = ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",))
+NODES = ResourceType("", "v1", "nodes", "node", "Node", False, ("no",))
+EVENTS = ResourceType("", "v1", "events", "event", "Event", namespaced=True, short_names=("ev",))
 """core/v1 Events: what operators (kopf's ``kopf.info``, controllers) post about objects."""
 WIDGETS = ResourceType("example.com", "v1", "widgets", "widget", "Widget", True, ("wg",))
 CRDS = ResourceType(

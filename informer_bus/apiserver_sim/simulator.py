@@ -197,6 +197,11 @@ class Simulator(StartStop):
     def active_watches(self) -> int:
         return self.state.active_watches
 
+    @property
+    def watches_served(self) -> int:
+        """Watches ever opened, for tests that check how many watches a pipeline costs."""
+        return self.state.watches_served
+
     # ------------------------------------------------------------ faults
 
     def drop_watches(self) -> int:

@@ -74,6 +74,7 @@ class ClusterState:
         self._watch_generation = 0
         self._closed = False
         self._subscriptions: set[Subscription] = set()
+        self._watches_served = 0
 
     def exclusive(self) -> AbstractContextManager[bool]:
         """Hold the store across several operations: they happen back to back and watchers
@@ -103,6 +104,12 @@ class ClusterState:
     def active_watches(self) -> int:
         with self._lock:
             return len(self._subscriptions)
+
+    @property
+    def watches_served(self) -> int:
+        """Watches ever opened (any resource): how many watches the API server paid for."""
+        with self._lock:
+            return self._watches_served
 
     def resources(self) -> list[ResourceType]:
         return list(self._collections)
@@ -485,6 +492,7 @@ class ClusterState:
                 start_rv = since_rv
             sub = Subscription(self, start_seq, start_rv, self._watch_generation)
             self._subscriptions.add(sub)
+            self._watches_served += 1
             return sub, initial
 
     def _unsubscribe(self, sub: Subscription) -> None:

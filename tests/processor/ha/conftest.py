@@ -241,7 +241,7 @@ def ownership_problems(
     return problems
 
 
-def handler_order_problems(calls: Sequence[Call]) -> list[str]:
+def handler_order_problems(calls: Sequence[Call], *, view: bool = False) -> list[str]:
     """Per object, the handler calls follow stream order.
 
     Within one ownership period (its calls are one process's, in call order): first the
@@ -253,10 +253,14 @@ def handler_order_problems(calls: Sequence[Call]) -> list[str]:
     a deletion. Across periods, in epoch order: RVs never go backwards (a new owner's initial
     list may repeat the RV the previous owner saw last), and a deleted key never comes back (a
     re-delivered deletion is allowed).
+
+    ``view``: the calls of a group with a selection (``processor_svc.view``), where an object
+    that leaves the view is deleted with its last state (its RV repeats the previous call's)
+    and may be added again later, when it matches again.
     """
     problems: list[str] = []
     for (shard, epoch), group in sorted(periods(calls).items(), key=lambda kv: str(kv[0])):
-        problems += _period_problems(f"shard {shard} epoch {epoch}", group)
+        problems += _period_problems(f"shard {shard} epoch {epoch}", group, view=view)
     by_key: dict[str, list[Call]] = defaultdict(list)
     for call in calls:
         by_key[call.key].append(call)
@@ -267,12 +271,12 @@ def handler_order_problems(calls: Sequence[Call]) -> list[str]:
                 continue  # checked per period
             if b.rv_int < a.rv_int:
                 problems.append(f"{key}: {b} went back from {a}")
-            if a.kind == "delete" and b.kind != "delete":
+            if a.kind == "delete" and b.kind != "delete" and not view:
                 problems.append(f"{key}: {b} after its deletion {a}")
     return problems[:30]
 
 
-def _period_problems(period: str, group: Sequence[Call]) -> list[str]:
+def _period_problems(period: str, group: Sequence[Call], *, view: bool) -> list[str]:
     problems: list[str] = []
     phase = 0  # 0: the takeover's deletions, 1: the initial list, 2: live deltas
     last: dict[str, Call] = {}
@@ -286,21 +290,26 @@ def _period_problems(period: str, group: Sequence[Call]) -> list[str]:
             phase = 2
         previous = last.get(call.key)
         if previous is not None:
-            problems += [f"{where}: {problem}" for problem in _step_problems(previous, call)]
+            problems += [
+                f"{where}: {problem}" for problem in _step_problems(previous, call, view=view)
+            ]
         elif call.kind == "update":
             problems.append(f"{where}: update of an object the store did not have")
         last[call.key] = call
     return problems
 
 
-def _step_problems(previous: Call, call: Call) -> list[str]:
+def _step_problems(previous: Call, call: Call, *, view: bool) -> list[str]:
     """What is wrong with ``call`` right after ``previous`` (same key, same period)."""
     if previous.kind == "delete":
+        if view and call.kind == "add" and call.rv_int > previous.rv_int:
+            return []  # it matches the view again
         return [f"after its deletion {previous}"]
     if call.kind == "add":
         return [f"added while present ({previous})"]
     problems = []
-    if not (call.tombstone and call.rv == previous.rv) and call.rv_int <= previous.rv_int:
+    last_state = call.tombstone or (view and call.kind == "delete")
+    if not (last_state and call.rv == previous.rv) and call.rv_int <= previous.rv_int:
         problems.append(f"not after {previous}")
     if call.kind == "update" and call.old_rv != previous.rv:
         problems.append(f"old object at {call.old_rv}, not {previous.rv}")
