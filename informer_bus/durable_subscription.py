@@ -174,9 +174,8 @@ class GroupCursor:
             pipe.xinfo_stream(keys.stream)
             pipe.xpending(keys.stream, self.group)
             groups, redo, stream, pending = pipe.execute(raise_on_error=False)
-        mine = [] if isinstance(groups, Exception) else [
-            info for info in groups if _text(info["name"]) == self.group
-        ]  # fmt: skip
+        listed = [] if isinstance(groups, Exception) else groups  # no stream yet: no group
+        mine = [info for info in listed if _text(info["name"]) == self.group]
         exists = bool(mine)
         if exists and not redo:
             lost = _trimmed(mine[0], stream, pending)
