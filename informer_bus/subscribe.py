@@ -12,6 +12,14 @@ The Python API, for scripts, notebooks and tests (the command line is
 A subscriber is a bystander: it reads the shard streams with plain ``XREAD``, never through the
 processors' consumer group, so it can neither steal nor acknowledge their entries and any number
 of subscribers can come and go without the processors noticing.
+
+Given ``group="NAME"`` it is a *durable* subscriber instead: a consumer group of its own that
+acknowledges what the caller processed and resumes there after a restart
+(:mod:`informer_bus.durable_subscription`)::
+
+    with subscribe("redis://127.0.0.1:6390/0", "pods", group="audit") as deltas:
+        for delta in deltas:  # asking for the next delta acknowledges this one
+            record(delta)
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ from common.deltas import DeltaType
 from common.keys import Obj
 from common.publication import read_publication
 from common.redis_config import is_cluster, redacted_url, redis_client
-from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
+from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
 from common.resource_ids import resource_id_from
-from common.wire import DeltaEnvelope, WireDecodeError, envelope_from_fields
+from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
 from informer_bus.discovery import discover_shard_count
+from informer_bus.durable_subscription import GroupCursor, GroupRefused, stream_batches
 from informer_bus.lifecycle import Closing
 
 __all__ = [
@@ -95,6 +104,9 @@ class SubscribedDelta:
     entry_id: str
     """Its entry ID, unique within its stream only (each shard numbers its own entries)."""
     envelope: DeltaEnvelope
+    initial: bool = False
+    """Part of a new durable group's initial list: an object of the known state, delivered as
+    ``Added`` before the stream; :attr:`entry_id` is then the stream ID that state is as of."""
 
     @property
     def type(self) -> DeltaType:
@@ -146,6 +158,7 @@ class SubscribedDelta:
             "observedAt": env.observed_at,
             "tombstone": env.tombstone,
             "object": env.obj,
+            "initial": self.initial,
         }
 
 
@@ -268,6 +281,15 @@ class Subscription(Iterator[SubscribedDelta], Closing):
 
     Shards and start positions are settled in the constructor, so ``start=FROM_NOW`` means
     "after this call" (not "after the first ``next``") and mistakes surface at once.
+
+    ``group``: read as durable subscriber ``group`` instead (no ``start``: the group knows where
+    it stands). Asking for the next delta acknowledges the previous ones (one ``XACK`` per shard
+    and read), ``close()`` and leaving the ``with`` block normally acknowledge everything
+    yielded, leaving it with an exception does not acknowledge the delta being processed; a
+    restart redelivers what was not acknowledged (at least once, each key in order). A new group
+    first yields the known state as ``Added`` deltas with ``initial`` set. Filtered-out and
+    undecodable entries are acknowledged (the warning names the entry). A group with live
+    processors, and ``processors`` itself, is refused; run one subscriber per group.
     """
 
     def __init__(
@@ -275,7 +297,8 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         client_or_url: redis.Redis | str,
         resource: str,
         *,
-        start: str = FROM_NOW,
+        start: str | None = None,
+        group: str | None = None,
         types: Iterable[DeltaType | str] | None = None,
         namespace: str | None = None,
         shard_count: int | None = None,
@@ -295,7 +318,21 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             ResourceKeys(prefix, self.resource)
         except ValueError as exc:
             raise SubscribeError(str(exc)) from None
-        start = check_start(start)
+        if group is not None and start is not None:
+            raise SubscribeError(
+                f"a start position and group {group!r} exclude each other: a group resumes "
+                "where it stopped (a new one starts with the known state)"
+            )
+        start = check_start(FROM_NOW if start is None else start)
+        if group is not None:
+            try:
+                check_group_name(group)
+            except ValueError as exc:
+                raise SubscribeError(str(exc)) from None
+        self.group = group
+        self._cursor: GroupCursor | None = None
+        self._initial: list[tuple[int, list[SubscribedDelta]]] = []
+        self._current: _Yielded | None = None
         self._types = None if types is None else parse_types(types)
         self._namespace = namespace
         if shard_count is not None and (type(shard_count) is not int or shard_count < 1):
@@ -331,10 +368,42 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             self._positions = self._start_positions(
                 FROM_BEGINNING if waited and start == FROM_NOW else start
             )
+            if group is not None and self.shards:
+                self._join(group)
         except BaseException:
             self.close()
             raise
         self._deltas = self._read()
+
+    def _join(self, group: str) -> None:
+        try:
+            self._cursor = GroupCursor(
+                self._client,
+                self.shards,
+                group,
+                batch=self._batch,
+                block_ms=self._block_ms,
+                cluster=self._cluster,
+            )
+        except GroupRefused as exc:
+            raise SubscribeError(str(exc)) from None
+        for snapshot in self._cursor.initial:
+            keys = self.shards[snapshot.shard]
+            deltas = []
+            for key, raw in sorted(snapshot.objects.items()):
+                try:
+                    envelope = decode_envelope(raw)
+                except WireDecodeError as exc:
+                    entry = UndecodableEntry(keys.objects, keys.shard, _text(key), exc)
+                    self._on_undecodable(entry)
+                    continue
+                added = dataclasses.replace(envelope, type=DeltaType.ADDED)
+                delta = SubscribedDelta(
+                    keys.stream, keys.shard, snapshot.last_id, added, initial=True
+                )
+                if self._wanted(delta):
+                    deltas.append(delta)
+            self._initial.append((snapshot.shard, deltas))
 
     @staticmethod
     def _block_for(client: redis.Redis, block_ms: int | None) -> int:
@@ -427,17 +496,76 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         return next(self._deltas)
 
     def close(self) -> None:
-        """End the iteration; closes the Redis client if the subscription made it from a URL."""
+        """End the iteration; closes the Redis client if the subscription made it from a URL.
+
+        A durable subscription first acknowledges every delta it yielded."""
+        self._close(processed=True)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Normally as :meth:`close`; after an exception the delta being processed when it was
+        raised stays unacknowledged (redelivered on the next start)."""
+        self._close(processed=not exc_info or exc_info[0] is None)
+
+    def _close(self, *, processed: bool) -> None:
+        if getattr(self, "_closed", False):  # a second close must not acknowledge anything
+            return
+        self._closed = True
         deltas = getattr(self, "_deltas", None)
         if deltas is not None:
             deltas.close()
-        if self._owns_client:
-            self._client.close()
+        try:
+            if self._cursor is not None:
+                if processed:
+                    self._settle()
+                    self._cursor.flush()
+                else:
+                    self._flush_quietly()
+        finally:
+            if self._owns_client:
+                self._client.close()
+
+    def _flush_quietly(self) -> None:
+        """Acknowledge what was processed on the way out of a failure, which may be Redis's:
+        whatever is not acknowledged now is only redelivered, so a failure here is logged."""
+        assert self._cursor is not None
+        try:
+            self._cursor.flush()
+        except redis.RedisError as exc:
+            log.warning("could not acknowledge the processed deltas (redelivered): %s", exc)
+
+    def _settle(self) -> None:
+        """The caller is done with the delta yielded last: acknowledge it with the next batch."""
+        current, self._current = self._current, None
+        if current is None or self._cursor is None:
+            return
+        if current.entry is not None:
+            self._cursor.processed(*current.entry)
+        if current.ends_initial_list is not None:
+            self._cursor.initial_done(current.ends_initial_list)
+
+    def _stopped(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def _initial_lists(self) -> Iterator[SubscribedDelta]:
+        assert self._cursor is not None
+        for shard, deltas in self._initial:
+            for i, delta in enumerate(deltas):
+                if self._stopped():
+                    return
+                last = i == len(deltas) - 1
+                self._current = _Yielded(None, shard if last else None)
+                yield delta
+                self._settle()
+            if not deltas:
+                self._cursor.initial_done(shard)
 
     def _read(self) -> Iterator[SubscribedDelta]:
         shard_of = {keys.stream: keys.shard for keys in self.shards}
-        while self._stop is None or not self._stop.is_set():
-            per_stream = self._read_once()
+        cursor = self._cursor
+        if cursor is not None:
+            yield from self._initial_lists()
+        while not self._stopped():
+            per_stream = self._read_once() if cursor is None else cursor.read()
             # One call's batches are merged by entry ID, i.e. by the time Redis appended them:
             # each shard's own order is kept exactly; across shards it is the best a reader of
             # several streams can do (see subscribe()).
@@ -453,7 +581,11 @@ class Subscription(Iterator[SubscribedDelta], Closing):
                 self._positions[stream] = entry_id
                 delta = self._decode(stream, shard_of[stream], entry_id, fields)
                 if delta is not None and self._wanted(delta):
+                    self._current = _Yielded((stream, entry_id), None)
                     yield delta
+                    self._settle()
+                elif cursor is not None:  # nobody will process it: done as it is
+                    cursor.processed(stream, entry_id)
 
     def _read_once(self) -> list[tuple[str, list[tuple[bytes, Any]]]]:
         """One read of every shard after its position. On a Redis Cluster one XREAD cannot
@@ -461,12 +593,12 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         split per node by redis-py) and an empty round waits a short poll interval instead."""
         if not self._cluster:
             reply = self._client.xread(self._positions, count=self._batch, block=self._block_ms)  # type: ignore[arg-type]
-            return _stream_batches(reply)
+            return stream_batches(reply)
         with self._client.pipeline(transaction=False) as pipe:
             for stream, position in self._positions.items():
                 pipe.xread({stream: position}, count=self._batch)
             replies: list[Any] = pipe.execute()
-        batches = [batch for reply in replies for batch in _stream_batches(reply) if batch[1]]
+        batches = [batch for reply in replies for batch in stream_batches(reply) if batch[1]]
         if not batches:
             time.sleep(_CLUSTER_POLL_SECONDS)
         return batches
@@ -487,16 +619,14 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         return self._namespace is None or delta.namespace == self._namespace
 
 
-def _stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:
-    """XREAD's reply as ``[(stream, [(id, fields), ...]), ...]`` (RESP2 list or RESP3 dict)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):  # RESP3 wraps each stream's entries in one more list
-        return [
-            (_text(stream), list(wrapped[0]) if wrapped else [])
-            for stream, wrapped in reply.items()
-        ]
-    return [(_text(stream), list(entries)) for stream, entries in reply]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Yielded:
+    """What acknowledging the delta a durable subscription yielded last takes."""
+
+    entry: tuple[str, str] | None
+    """``(stream, entry ID)`` to acknowledge; ``None`` for an initial-list delta."""
+    ends_initial_list: int | None
+    """The shard whose initial list it completes."""
 
 
 subscribe: Final = Subscription

@@ -2,6 +2,8 @@
 
 Deltas are printed as they arrive (JSON lines, or a table), one write per delta, so a pipe
 sees each at once; a reader that went away (``| head``) ends it, even while no delta comes.
+With ``--group`` a delta is acknowledged only once it has been written and flushed: a
+subscriber killed at any point prints again, on its next start, what it might not have printed.
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="the resource id of the streams (pods, deployments.apps, pods@shop) or the "
         "reflector's --resource spec (deployments.v1.apps)",
     )
-    start = parser.add_argument_group("where to start (one of; default --from-now)")
+    start = parser.add_argument_group(
+        "where to start (one of; default --from-now; none with --group)"
+    )
     start.add_argument(
         "--from-beginning",
         action="store_true",
@@ -88,6 +92,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="deltas after this entry ID on every shard (an 'id' printed before, e.g. "
         "1714567890123-0, or just milliseconds since the epoch)",
+    )
+    parser.add_argument(
+        "--group",
+        metavar="NAME",
+        help="read as durable subscriber NAME: a consumer group of its own that acknowledges "
+        "each delta once printed and resumes there after a restart (at least once); a new "
+        "group first prints the known state as Added deltas marked initial. One subscriber "
+        "process per group; a group processors use is refused",
     )
     parser.add_argument(
         "--type",
@@ -103,8 +115,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default="json",
         metavar="FORMAT",
         help="json (JSON lines: stream, shard, id, type, key, resourceVersion, uid, "
-        "observedAt, tombstone, object) or table (time, shard, type, key, resourceVersion); "
-        "default json",
+        "observedAt, tombstone, object, initial) or table (time, shard, type, key, "
+        "resourceVersion); default json",
     )
     parser.add_argument("--count", metavar="N", help="stop after N deltas (after filtering)")
     parser.add_argument(
@@ -125,7 +137,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Options:
-    start: str
+    start: str | None
     types: frozenset[DeltaType] | None
     output: str
     count: int | None
@@ -156,12 +168,20 @@ def _options(args: argparse.Namespace) -> _Options:
     ]
     if len(chosen) > 1:
         raise SubscribeError(f"{' and '.join(chosen)} exclude each other: give one")
+    if chosen and args.group is not None:
+        raise SubscribeError(
+            f"{chosen[0]} and --group exclude each other: a group resumes where it stopped "
+            "(a new one starts with the known state)"
+        )
+    start: str | None
     if args.from_beginning:
         start = FROM_BEGINNING
     elif args.from_id is not None:
         start = check_start(args.from_id)
-    else:
+    elif args.group is None:
         start = FROM_NOW
+    else:
+        start = None
     if args.output not in _OUTPUTS:
         raise SubscribeError(f"unknown output {args.output!r}; use {' or '.join(_OUTPUTS)}")
     return _Options(
@@ -228,7 +248,11 @@ def _table_line(delta: SubscribedDelta) -> str:
         f"{when:<24}  {delta.shard:>5}  {delta.type.value:<8}  {delta.key:<48}  "
         f"{delta.resource_version or '-'}"
     )
-    return line + ("  (tombstone)" if delta.tombstone else "")
+    return (
+        line
+        + ("  (tombstone)" if delta.tombstone else "")
+        + ("  (initial)" if delta.initial else "")
+    )
 
 
 def _print_deltas(deltas: Iterator[SubscribedDelta], output: str) -> None:
@@ -265,6 +289,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             settings.redis.url,
             args.resource,
             start=options.start,
+            group=args.group,
             types=options.types,
             namespace=args.namespace,
             shard_count=options.shards,
@@ -281,15 +306,17 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
         return fail(PROGRAM, f"cannot read {redacted_url(settings.redis.url)}: {reason}")
-    with subscription:
-        try:
+    # The errors are caught outside the with block: leaving it by an exception is what keeps a
+    # durable subscriber from acknowledging the delta it failed to write.
+    try:
+        with subscription:
             _print_deltas(itertools.islice(subscription, options.count), options.output)
-        except BrokenPipeError:
-            _silence_stdout()
-            return 0
-        except redis.RedisError as exc:
-            print(f"{PROGRAM}: error: lost Redis: {exc}", file=sys.stderr)
-            return _EXIT_REDIS_LOST
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except redis.RedisError as exc:
+        print(f"{PROGRAM}: error: lost Redis: {exc}", file=sys.stderr)
+        return _EXIT_REDIS_LOST
     if reader_gone.is_set():
         _silence_stdout()
     return 0

@@ -130,6 +130,17 @@ class Pipeline:
     reflector: ReflectorService
     bus: Bus
 
+    def churn(self, updates: int, deletions: int) -> list[str]:
+        """Update the first ``updates`` pods (by key), delete the ``deletions`` after them, and
+        wait for the bus to show it; the pods' keys, sorted, as they were before."""
+        keys = sorted(self.sim.ground_truth("pods"))
+        for key in keys[:updates]:
+            self.sim.update("pods", key, {"metadata": {"labels": {"touched": "yes"}}})
+        for key in keys[updates : updates + deletions]:
+            self.sim.delete("pods", key)
+        wait_until(self.caught_up, 20, what="the updates and deletions on the bus")
+        return keys
+
     def caught_up(self) -> bool:
         """Every live pod's last delta on the bus is at its current resourceVersion, and every
         deleted pod's last delta is a deletion."""

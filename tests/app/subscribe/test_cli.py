@@ -179,6 +179,8 @@ def test_unknown_resource_and_unreachable_redis_are_one_line_errors(
         (["--count", "0"], "--count must be an integer >= 1"),
         (["--shards", "many"], "--shards must be an integer >= 1"),
         (["--prefix", "a b"], "invalid key prefix"),
+        (["--group", "audit", "--from-id", "1-0"], "--from-id and --group exclude each other"),
+        (["--group", "a:b"], "group name 'a:b' is invalid"),
     ],
 )
 def test_bad_flags_are_one_line_errors(
@@ -198,7 +200,7 @@ def test_help_names_the_flags_and_env_vars() -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     for flag in ("--from-beginning", "--from-now", "--from-id", "--type", "--namespace",
-                 "--output", "--count", "--shards"):  # fmt: skip
+                 "--output", "--count", "--shards", "--group"):  # fmt: skip
         assert flag in text
     assert "env INFORMER_BUS_REDIS_URL" in text
     assert "env INFORMER_BUS_PREFIX" in text

@@ -15,16 +15,10 @@ from tests.app.subscribe.conftest import (
     printed_rows,
     run_subscribe,
 )
-from tests.support.waiting import wait_until
 
 
 def test_from_beginning_prints_every_delta_on_the_streams(pipeline: Pipeline) -> None:
-    keys = sorted(pipeline.sim.ground_truth("pods"))
-    for key in keys[:5]:
-        pipeline.sim.update("pods", key, {"metadata": {"labels": {"touched": "yes"}}})
-    for key in keys[5:8]:
-        pipeline.sim.delete("pods", key)
-    wait_until(pipeline.caught_up, 20, what="the updates and deletions on the bus")
+    pipeline.churn(updates=5, deletions=3)
     on_the_bus = pipeline.bus.all_entries()
     assert len(on_the_bus) == 30 + 5 + 3
 
