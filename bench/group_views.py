@@ -234,6 +234,12 @@ def burst_through(bus: Bus, count: int, seed: int, *, backlog: bool) -> dict[str
         cpu, finished = done[name]
         expected = sum(1 for key in touched if key in bus.selected[name])
         wait_counts(group, name, "updates", handled_before[name] + expected)
+        # A takeover after the pause would re-deliver the initial list; the burst is updates
+        # only, of pods that stay in their views.
+        wait_counts(group, name, "initial_adds", len(bus.selected[name]))
+        counts = group.counts()
+        if counts.get("adds", 0) or counts.get("deletes", 0):
+            raise BenchError(f"group {name}'s handler saw adds or deletes in a burst: {counts}")
         before, after = read_before[name].entries_read, read_after[name].entries_read
         out[name] = {
             "updates_handled": group.updates_seen(),
