@@ -13,12 +13,12 @@ A group that does not exist yet starts like a processor takeover
 creates the group at the stream's end (``XGROUP CREATE ... $``, and ``XINFO STREAM`` says which
 ID that was), so the subscriber gets every known object (as ``Added``, flagged ``initial``) and
 then exactly the stream after it -- never nothing for the history that retention trimmed. The
-same ``MULTI`` sets a marker (:func:`initial_list_key`) that is removed only once the caller has
-acknowledged that shard's whole initial list; a start that finds it set redoes the snapshot
-(dropping and recreating the group, whose entries the new snapshot supersedes), so a crash in
-the middle of an initial list delivers it again rather than half of it. An existing group that
-finds retention's hard cap trimmed entries it had not acknowledged (it was stopped too long)
-starts again from the known state the same way, rather than silently missing them.
+same ``MULTI`` sets a marker (``GroupShardKeys.initial_list``) that is removed only once the
+caller has acknowledged that shard's whole initial list; a start that finds it set redoes the
+snapshot (dropping and recreating the group, whose entries the new snapshot supersedes), so a
+crash in the middle of an initial list delivers it again rather than half of it. An existing
+group that finds retention's hard cap trimmed entries it had not acknowledged (it was stopped
+too long) starts again from the known state the same way, rather than silently missing them.
 
 One subscriber process per group is the model: two would share its consumer and its pending
 entries. Spreading a resource over several readers is what processor groups are for; a group
@@ -38,6 +38,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from common.redis_layout import (
+    DURABLE_CONSUMER,
     PROCESSOR_GROUP,
     GroupShardKeys,
     ResourceKeys,
@@ -46,26 +47,13 @@ from common.redis_layout import (
 )
 
 __all__ = [
-    "DURABLE_CONSUMER",
-    "INITIAL_LIST_SUFFIX",
     "GroupCursor",
     "GroupRefused",
     "InitialList",
-    "initial_list_key",
     "stream_batches",
 ]
 
 log = logging.getLogger(__name__)
-
-# TODO(integrator): move to common/redis_layout/names.py beside SHARD_CONSUMER.
-DURABLE_CONSUMER: Final = "subscriber"
-"""The one consumer name a durable subscriber reads its group with: stable across restarts, so
-a restarted subscriber finds its own pending entries."""
-
-# TODO(integrator): move to common/redis_layout/keys.py as GroupShardKeys.initial_list (and let
-# ``groups delete`` remove it with the group's other keys).
-INITIAL_LIST_SUFFIX: Final = "initial_list"
-"""The last part of the key that marks a shard whose initial list is not acknowledged yet."""
 
 _CLUSTER_POLL_SECONDS: Final = 0.05
 _PENDING: Final = "0"
@@ -75,14 +63,6 @@ _NEW: Final = ">"
 
 class GroupRefused(ValueError):
     """The group cannot be used by a subscriber (bad name, processors are using it); one line."""
-
-
-def initial_list_key(keys: GroupShardKeys) -> str:
-    """The marker key of ``keys``'s group on its shard: set while its initial list is not
-    acknowledged. Built from the group's lease key name, so it carries the group's name and the
-    shard's hash tag (one slot with the stream: it joins the snapshot's ``MULTI``)."""
-    lease = keys.lease
-    return lease[: -len("lease")] + INITIAL_LIST_SUFFIX
 
 
 def _text(value: bytes | str) -> str:
@@ -167,7 +147,7 @@ class GroupCursor:
     def _set_up(self, keys: GroupShardKeys) -> InitialList | None:
         """The shard's snapshot when the group is new there (or its initial list was never
         acknowledged), taken atomically with the group's creation; ``None`` to resume."""
-        marker = initial_list_key(keys)
+        marker = keys.initial_list
         with self._client.pipeline(transaction=False) as pipe:
             pipe.xinfo_groups(keys.stream)
             pipe.exists(marker)
@@ -226,7 +206,7 @@ class GroupCursor:
 
     def initial_done(self, shard: int) -> None:
         """The caller processed shard ``shard``'s whole initial list: its marker can go."""
-        self._finished.append(initial_list_key(self._keys[shard]))
+        self._finished.append(self._keys[shard].initial_list)
 
     def processed(self, stream: str, entry_id: str) -> None:
         """The caller is done with this entry (or it was filtered out, or undecodable)."""

@@ -16,6 +16,7 @@ place, and any other group ``G`` puts ``group:G:`` before the suffix::
     ib:{pods:7}:lease                the default group's shard lease (holder, fencing epoch)
     ib:{pods:7}:lease_epoch          its epoch counter (never expires)
     ib:{pods:7}:dead                 its dead letters: entries it could not decode or apply
+    ib:{pods:7}:initial_list         a durable subscriber's "initial list not acknowledged"
     ib:{pods:7}:group:audit:lease    the same three for group ``audit``
     ib:{pods:7}:group:audit:lease_epoch
     ib:{pods:7}:group:audit:dead
@@ -62,7 +63,7 @@ DEFAULT_PREFIX: Final = "ib"
 
 SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint")
 """The last part of every per-shard key name, in :meth:`ShardKeys.all_keys` order."""
-GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead")
+GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead", "initial_list")
 """The last part of a group's per-shard key names, in :meth:`GroupShardKeys.all_keys` order."""
 RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch")
 """The last part of every resource-wide key name, in :meth:`ResourceKeys.all_keys` order."""
@@ -245,9 +246,21 @@ class GroupShardKeys:
         """
         return self._key("dead")
 
+    @property
+    def initial_list(self) -> str:
+        """A durable subscriber's marker: set while the initial list it started this shard
+        with (the known state) is not acknowledged yet, so a restart delivers it again."""
+        return self._key("initial_list")
+
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this group on this shard."""
-        return (self.lease, self.lease_epoch, self.dead_letters)
+        return (self.lease, self.lease_epoch, self.dead_letters, self.initial_list)
+
+    def removable_keys(self) -> tuple[str, ...]:
+        """What deleting the group removes here: everything but :attr:`lease_epoch`. Epochs
+        must never go backwards, or a paused owner of a group created again under the same
+        name could acknowledge with an epoch the new lease reuses."""
+        return (self.lease, self.dead_letters, self.initial_list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ PROCESSOR_GROUP: Final = "processors"
 group there was before groups existed, so its keys keep their old names)."""
 SHARD_CONSUMER: Final = "owner"
 """The consumer name of whoever owns a shard: a new owner inherits the pending entries."""
+DURABLE_CONSUMER: Final = "subscriber"
+"""The one consumer name a durable subscriber (``subscribe --group``) reads its group with:
+stable across restarts, so a restarted subscriber finds its own pending entries."""
 
 # --- a dead-letter entry (``ShardKeys.dead_letters``) ---
 DEAD_LETTER_REASON: Final = "reason"

@@ -12,7 +12,7 @@ counting from it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import redis
 
@@ -72,6 +72,10 @@ def _ok(reply: Any) -> Any:
     return None if isinstance(reply, Exception) else reply
 
 
+_CALLS: Final = 7
+"""Commands queued per shard by :func:`delete_group`."""
+
+
 def delete_group(
     client: redis.Redis, prefix: str, resource: str, group: str, shard_count: int
 ) -> DeleteResult:
@@ -93,6 +97,7 @@ def delete_group(
         pipe.xgroup_destroy(shard.stream, group)
         pipe.delete(shard.lease)
         pipe.delete(shard.dead_letters)
+        pipe.delete(shard.initial_list)
     pipe.zcard(keys.members)
     pipe.delete(keys.members)
     replies = pipe.execute(raise_on_error=False)
@@ -100,14 +105,14 @@ def delete_group(
         r
         for i, r in enumerate(replies)
         # XPENDING and XGROUP DESTROY fail when the stream or group does not exist: nothing to do
-        if isinstance(r, Exception) and i < 6 * shard_count and i % 6 not in (0, 3)
+        if isinstance(r, Exception) and i < _CALLS * shard_count and i % _CALLS not in (0, 3)
     ]
     if errors:
         raise errors[0]
     shards = []
     for number, shard in enumerate(per_shard):
-        pending, dead, epoch, destroyed, lease, _ = (
-            _ok(r) for r in replies[6 * number : 6 * number + 6]
+        pending, dead, epoch, destroyed, lease, _, _ = (
+            _ok(r) for r in replies[_CALLS * number : _CALLS * (number + 1)]
         )
         shards.append(
             ShardDeletion(
@@ -120,7 +125,7 @@ def delete_group(
                 epoch_kept=shard.lease_epoch if epoch else None,
             )
         )
-    members, _ = replies[6 * shard_count :]
+    members, _ = replies[_CALLS * shard_count :]
     if isinstance(members, Exception):
         raise members
     return DeleteResult(resource, group, tuple(shards), keys.members, int(members or 0))

@@ -104,7 +104,9 @@ def test_the_default_group_keeps_the_key_names_it_had_before_groups() -> None:
     assert keys.lease == "ib:{pods:7}:lease"
     assert keys.lease_epoch == "ib:{pods:7}:lease_epoch"
     assert keys.dead_letters == "ib:{pods:7}:dead"
-    assert keys.all_keys() == (keys.lease, keys.lease_epoch, keys.dead_letters)
+    assert keys.initial_list == "ib:{pods:7}:initial_list"
+    assert keys.all_keys() == (keys.lease, keys.lease_epoch, keys.dead_letters, keys.initial_list)
+    assert keys.lease_epoch not in keys.removable_keys()  # epochs never go backwards
     assert ResourceKeys(DEFAULT_PREFIX, "pods").group().members == "ib:{pods}:members"
 
 
@@ -157,7 +159,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in names}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in names}) == 1
-        assert len(set(names)) == 10
+        assert len(set(names)) == 12
         tags |= shard_tags
     assert len(tags) == 32
 

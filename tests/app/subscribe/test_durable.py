@@ -18,7 +18,6 @@ from common.deltas import DeltaType
 from common.lease import RedisLease
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.wire import FIELD
-from informer_bus.durable_subscription import initial_list_key
 from informer_bus.subscribe import (
     FROM_BEGINNING,
     SubscribedDelta,
@@ -73,7 +72,7 @@ def pending(client: redis.Redis, group: str = GROUP) -> int:
 def markers(client: redis.Redis, group: str = GROUP) -> int:
     """Shards whose initial list the group has not acknowledged yet."""
     return sum(
-        int(client.exists(initial_list_key(ShardKeys("ib", "pods", shard).for_group(group))))
+        int(client.exists(ShardKeys("ib", "pods", shard).for_group(group).initial_list))
         for shard in range(SHARDS)
     )
 
