@@ -97,10 +97,13 @@ class View:
     namespace: str | None = None
     label_selector: str | None = None
     role: str = ""
+    compact_cache: bool = False
 
     @property
     def description(self) -> str:
-        return " ".join(f"--{flag} {value}" for flag, value in self.flags.items()) or "no view"
+        flags = [f"--{flag} {value}" for flag, value in self.flags.items()]
+        flags += ["--compact-cache"] if self.compact_cache else []
+        return " ".join(flags) or "no view"
 
 
 VIEWS = (
@@ -113,6 +116,12 @@ VIEWS = (
         role="label view",
     ),
     View("metadata", {"project": "metadata"}, role="projection"),
+    View(
+        "metadata-compact",
+        {"project": "metadata"},
+        role="projection kept as JSON bytes",
+        compact_cache=True,
+    ),
     View("minimal", {"project": "metadata.name"}, role="per-pod floor of a cache"),
     View(
         "empty",
@@ -269,7 +278,15 @@ def start_groups(
     for view in VIEWS:
         flags = {"group": view.name, **PATIENT, **view.flags}
         groups[view.name] = stack.enter_context(
-            group_running(1, TRIVIAL, redis_url, workdir, view.name, flags=flags)
+            group_running(
+                1,
+                TRIVIAL,
+                redis_url,
+                workdir,
+                view.name,
+                flags=flags,
+                compact_cache=view.compact_cache,
+            )
         )
     for view in VIEWS:
         wait_synced(groups[view.name], args.pods)

@@ -14,6 +14,7 @@ CPU_TARGET = 0.25
 CACHE_TARGET = 0.15
 """A ``--project metadata`` cache's bytes per pod over the full cache's, at most."""
 BASELINE, FILTERED, METADATA, EMPTY = "full", "filtered", "metadata", "empty"
+METADATA_COMPACT = "metadata-compact"
 
 
 def summarize(report: dict[str, Any]) -> None:
@@ -46,6 +47,12 @@ def summarize(report: dict[str, Any]) -> None:
         _ratio(
             "metadata / full cache bytes per pod",
             groups[METADATA]["cache_bytes_per_pod"],
+            groups[BASELINE]["cache_bytes_per_pod"],
+            CACHE_TARGET,
+        ),
+        _ratio(
+            "metadata with --compact-cache / full cache bytes per pod",
+            groups[METADATA_COMPACT]["cache_bytes_per_pod"],
             groups[BASELINE]["cache_bytes_per_pod"],
             CACHE_TARGET,
         ),

@@ -109,7 +109,13 @@ class ProcessorSettings(ServiceSettings):
         default=1000, metadata={"help": "per-handler buffer; full buffers pause stream reads"}
     )
     read_count: int = field(default=500, metadata={"help": "entries per stream read"})
-    block_ms: int = field(default=1000, metadata={"help": "blocking stream read, milliseconds"})
+    block_ms: int = field(
+        default=5000,
+        metadata={
+            "help": "longest blocking wait for a shard's new entries, milliseconds (a stop "
+            "interrupts it; each expiry costs an idle shard a few Redis calls)"
+        },
+    )
     shutdown_grace: float = field(
         default=10.0, metadata={"help": "seconds to drain handlers on SIGTERM before giving up"}
     )

@@ -441,8 +441,10 @@ class ShardWorker:
             self._replay = False  # our pending list is caught up: back to new entries
             return
         else:
+            # Caught up: nothing undelivered, so the lag is what is still in flight. Known
+            # here without asking Redis, which an idle shard would otherwise do every second.
             self._m.lag_seconds.set(0)
-            self._refresh_lag()
+            self._m.lag_entries.set(tracker.outstanding + len(self._unsent_acks))
         self._wait_for_entries(tracker)
 
     def _read(self, acks: list[str]) -> list[Any]:

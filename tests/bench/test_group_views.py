@@ -13,7 +13,7 @@ from tests.bench.support import ROOT, assert_usage_errors, run_bench
 
 BENCH = ROOT / "bench" / "group_views.py"
 PODS, UPDATES = 300, 300
-GROUPS = ["full", "filtered", "labels", "metadata", "minimal", "empty"]
+GROUPS = ["full", "filtered", "labels", "metadata", "metadata-compact", "minimal", "empty"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -30,9 +30,10 @@ def test_every_group_holds_what_its_view_selects(report: dict[str, Any]) -> None
     assert [row["group"] for row in report["groups"]] == GROUPS
     held = {name: row["pods_held"] for name, row in groups.items()}
     # The simulator spreads pods round-robin over 10 namespaces: one of them is exactly 10 %.
-    assert (held["full"], held["filtered"], held["metadata"], held["minimal"], held["empty"]) == (
-        PODS, PODS // 10, PODS, PODS, 0,
-    )  # fmt: skip
+    assert (
+        held["full"], held["filtered"], held["metadata"], held["metadata-compact"],
+        held["minimal"], held["empty"],
+    ) == (PODS, PODS // 10, PODS, PODS, PODS, 0)  # fmt: skip
     assert 0 < held["labels"] < PODS
     for row in report["groups"]:
         assert row["kept_fraction"] == pytest.approx(row["pods_held"] / PODS, abs=1e-4)
@@ -49,7 +50,7 @@ def test_every_group_read_every_entry_and_handled_its_share(report: dict[str, An
         assert row["backlog"]["cpu_s"] >= 0 and row["backlog"]["seconds"] > 0
         assert row["idle_cpu_ms_per_s"] >= 0
     for burst in (groups, {name: row["backlog"] for name, row in groups.items()}):
-        for name in ("full", "metadata", "minimal"):
+        for name in ("full", "metadata", "metadata-compact", "minimal"):
             assert burst[name]["updates_handled"] == UPDATES
         assert burst["empty"]["updates_handled"] == 0
         assert 0 <= burst["filtered"]["updates_handled"] < UPDATES
@@ -59,15 +60,16 @@ def test_every_group_read_every_entry_and_handled_its_share(report: dict[str, An
 def test_ratios_and_verdicts_agree(report: dict[str, Any]) -> None:
     groups = {row["group"]: row for row in report["groups"]}
     assert groups["empty"]["cache_bytes_per_pod"] is None
-    cpu, backlog, cache = report["ratios"]
+    cpu, backlog, cache, compact = report["ratios"]
     assert cpu["target_at_most"] == 0.25 and cache["target_at_most"] == 0.15
+    assert compact["target_at_most"] == 0.15
     assert backlog["target_at_most"] is None and backlog["met"] is None
     full_cpu = groups["full"]["cpu_us_per_entry"]
     if full_cpu > 0:  # CPU is counted in 10 ms ticks: a tiny run may show none
         assert cpu["value"] == pytest.approx(
             groups["filtered"]["cpu_us_per_entry"] / full_cpu, abs=1e-3
         )
-    for ratio in (cpu, cache):
+    for ratio in (cpu, cache, compact):
         if ratio["value"] is None:
             assert ratio["met"] is None
         else:
