@@ -38,7 +38,11 @@ from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import Publication, read_publication
 from common.redis_config import redacted_url
-from common.redis_layout import CHECKPOINT_SYNCED_RV, GroupShardKeys, ShardKeys
+from common.redis_layout import (
+    CHECKPOINT_SYNCED_RV,
+    GroupShardKeys,
+    ShardKeys,
+)
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.handlers import (
@@ -232,7 +236,12 @@ class ProcessorService:
                 )
                 if publication.complete:
                     self._check_shard_count(publication)
-                    break
+                    subscriber = self._durable_subscriber_shards()
+                    if not subscriber:
+                        break
+                    publication_wait = self._subscriber_reason(subscriber)
+                else:
+                    publication_wait = self._waiting_reason(publication)
                 self._membership.heartbeat()  # so that status lists us as waiting
             except redis.RedisError as exc:
                 failures += 1
@@ -250,14 +259,17 @@ class ProcessorService:
             if failures:
                 log.info("%s: Redis reachable again after %d failed calls", self.resource, failures)
                 failures, last_failure_log = 0, None
-            self._waiting_for = self._waiting_reason(publication)
+            self._waiting_for = publication_wait
             if not warned:
                 warned = True
-                log.warning(
-                    "%s; not ready until a reflector completes a list into every shard%s",
-                    self._waiting_for,
-                    self._did_you_mean(),
-                )
+                if publication.complete:  # a durable subscriber's group: the user's mistake
+                    log.error("%s", self._waiting_for)
+                else:
+                    log.warning(
+                        "%s; not ready until a reflector completes a list into every shard%s",
+                        self._waiting_for,
+                        self._did_you_mean(),
+                    )
             self._stopping.wait(poll)
         with self._ownership_lock:
             if self._stopping.is_set():
@@ -267,6 +279,43 @@ class ProcessorService:
             self.ownership.start()
         if warned:
             log.info("a reflector has published %s; taking shards over", self._where())
+
+    def _durable_subscriber_shards(self) -> list[int]:
+        """The shards where our group is someone else's consumer group: a durable subscriber's
+        (``subscribe --group``), whose entries a processor taking the shard over would steal.
+        A processor group's consumer group exists on a shard only after one of its members
+        held the shard's lease, whose epoch counter never goes away; a group on the stream
+        without that counter (or with a subscriber's initial-list marker) is not ours. One
+        pipelined round trip, once, before the first takeover."""
+        pipe = self.lease_redis.pipeline(transaction=False)
+        shards = [
+            GroupShardKeys(ShardKeys(self.settings.prefix, self.resource, shard), self.group)
+            for shard in range(self.settings.shard_count)
+        ]
+        for keys in shards:
+            pipe.xinfo_groups(keys.stream)
+            pipe.exists(keys.lease_epoch)
+            pipe.exists(keys.initial_list)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for keys, groups, ours, marker in zip(
+            shards, replies[0::3], replies[1::3], replies[2::3], strict=True
+        ):
+            for reply in (groups, ours, marker):
+                if isinstance(reply, Exception) and not isinstance(reply, redis.ResponseError):
+                    raise reply
+            names = () if isinstance(groups, Exception) else (_text(g["name"]) for g in groups)
+            if self.group in names and (marker or not ours):
+                found.append(keys.shard)
+        return found
+
+    def _subscriber_reason(self, shards: Sequence[int]) -> str:
+        return (
+            f"group {self.group!r} of {self._where()} is a durable subscriber's (subscribe "
+            f"--group {self.group}) on shards {_ranges(shards)}: not taking them over, which "
+            "would steal its entries; give this processor another --group, or remove the "
+            f"subscriber's group (informer-bus groups delete {self.resource} {self.group})"
+        )
 
     def _check_shard_count(self, publication: Publication) -> None:
         """A reflector with a larger ``--shard-count`` publishes shards no processor of ours
@@ -452,3 +501,7 @@ def _ranges(shards: Sequence[int]) -> str:
         else:
             runs.append([shard])
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

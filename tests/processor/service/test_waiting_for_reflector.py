@@ -244,3 +244,39 @@ def test_a_shard_count_unlike_the_reflectors_is_named(
             fewer.close()
             more.close()
             reflector.close()
+
+
+def test_a_group_a_durable_subscriber_reads_is_not_taken_over(
+    redis_client: redis.Redis, secret_url: str, tmp_path: Path
+) -> None:
+    """Processors of a group that is a durable subscriber's would steal its entries: the
+    processor waits, unready, and says why."""
+    with Simulator(SimulatorSettings()) as sim:
+        sim.populate("pods", 5, seed=1)
+        reflector = reflector_of("pods", sim, secret_url, tmp_path / "reflector.log")
+        reflector.start()
+        try:
+            wait_until(lambda: redis_client.hget("ib:{pods:0}:checkpoint", "synced_rv"), 30)
+            subscriber = run_command(
+                [CLI, "subscribe", "pods", "--group", "audit", "--count", "5",
+                 "--redis-url", secret_url, "--output", "json"],
+            )  # fmt: skip
+            assert subscriber.returncode == 0, subscriber.stderr
+            stealer = ProcessorProcess(
+                [*processor(secret_url, "pods", tmp_path / "p.log").args, "--group", "audit"],
+                tmp_path / "stealer.log",
+                env={"INFORMER_BUS_REDIS_URL": secret_url},
+            )
+            stealer.start()
+            try:
+                wait_until(lambda: " ERROR " in stealer.log(), 30, what="the refusal")
+                status_code, reason = readyz(stealer)
+                assert status_code == 503
+                assert "group 'audit'" in reason and "is a durable subscriber's" in reason
+                assert "informer-bus groups delete pods audit" in reason
+                assert not redis_client.exists("ib:{pods:0}:group:audit:lease")
+                assert PASSWORD not in stealer.log()
+            finally:
+                stealer.close()
+        finally:
+            reflector.close()
