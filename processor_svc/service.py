@@ -294,8 +294,9 @@ class ProcessorService:
         ]
         for keys in shards:
             pipe.xinfo_groups(keys.stream)
-            pipe.exists(keys.lease_epoch)
-            pipe.exists(keys.initial_list)
+            # GET rather than EXISTS: both are strings, and GET is in the processor's ACL.
+            pipe.get(keys.lease_epoch)
+            pipe.get(keys.initial_list)
         replies = pipe.execute(raise_on_error=False)
         found = []
         for keys, groups, ours, marker in zip(
@@ -305,7 +306,7 @@ class ProcessorService:
                 if isinstance(reply, Exception) and not isinstance(reply, redis.ResponseError):
                     raise reply
             names = () if isinstance(groups, Exception) else (_text(g["name"]) for g in groups)
-            if self.group in names and (marker or not ours):
+            if self.group in names and (marker is not None or ours is None):
                 found.append(keys.shard)
         return found
 
