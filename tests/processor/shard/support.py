@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from common.compact_store import CompactIndexer
 from common.lease import RedisLease
 from common.redis_config import lease_client
-from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.redis_layout import GroupShardKeys, ShardKeys
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
@@ -47,7 +46,7 @@ class Shard:
 
     def __post_init__(self) -> None:
         self.publisher = ShardPublisher(self.client, prefix="ib", resource=RESOURCE, shard_count=1)
-        self.metrics = ProcessorMetrics(self.registry)
+        self.metrics = ProcessorMetrics(self.registry, self.keys.group)
         self.lease_client = lease_client(self.url)
         self.lease = RedisLease(
             self.lease_client,
@@ -77,12 +76,12 @@ class Shard:
 
     def group(self) -> dict[str, Any]:
         for group in self.client.xinfo_groups(self.keys.stream):
-            if group["name"] == GROUP.encode():
+            if group["name"] == self.keys.group.encode():
                 return dict(group)
         raise AssertionError("no consumer group")
 
     def pending(self) -> int:
-        return int(self.client.xpending(self.keys.stream, GROUP)["pending"])
+        return int(self.client.xpending(self.keys.stream, self.keys.group)["pending"])
 
     def last_id(self) -> str:
         info = self.client.xinfo_stream(self.keys.stream)
@@ -94,7 +93,7 @@ class Shard:
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(
-            name, {"resource": RESOURCE, "group": GROUP, **labels}
+            name, {"resource": RESOURCE, "group": self.keys.group, **labels}
         )
         return 0.0 if value is None else value
 
