@@ -52,6 +52,7 @@ from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_na
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
 from processor_svc.handlers import HandlerContext, Lister
+from processor_svc.write_barrier import DEFAULT_TIMEOUT, Verdict, WriteBarrier
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
 
@@ -83,6 +84,9 @@ class Controller(abc.ABC):
       whose shard this processor no longer owns, because the lister would show it as absent
       although it was only handed over; its new owner re-delivers and reconciles it. Turn it off
       if you enqueue keys that are not keys of this resource (e.g. an owner's key).
+    * ``write_barrier_timeout``: after a reconcile called :meth:`expect_version` or
+      :meth:`expect_deleted`, how long the key may wait for the cache to show that write before
+      it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`).
     """
 
     name: str = ""
@@ -90,6 +94,7 @@ class Controller(abc.ABC):
     max_retries: int = DEFAULT_MAX_RETRIES
     wait_for_sync: bool = True
     reconcile_only_owned: bool = True
+    write_barrier_timeout: float = DEFAULT_TIMEOUT
 
     def __init__(
         self,
@@ -101,6 +106,7 @@ class Controller(abc.ABC):
         rate_limiter: RateLimiter[str] | None = None,
         wait_for_sync: bool | None = None,
         reconcile_only_owned: bool | None = None,
+        write_barrier_timeout: float | None = None,
     ) -> None:
         self.context = context
         self.lister: Lister = context.lister
@@ -120,6 +126,10 @@ class Controller(abc.ABC):
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
+        self.barrier = WriteBarrier(
+            cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout
+        )
+        """The keys whose cache must first show this controller's own last write."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -140,17 +150,34 @@ class Controller(abc.ABC):
     # --- the ResourceEventHandler side --------------------------------------------------------
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self.enqueue(self.key_of(obj))
+        key = self.key_of(obj)
+        self.barrier.observe(key, obj, deleted=False)
+        self.enqueue(key)
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        self.enqueue(self.key_of(new))
+        key = self.key_of(new)
+        self.barrier.observe(key, new, deleted=False)
+        self.enqueue(key)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.enqueue(self.key_of(obj))
+        key = self.key_of(obj)
+        self.barrier.observe(key, obj, deleted=True)
+        self.enqueue(key)
 
     def key_of(self, obj: Obj | DeletedFinalStateUnknown) -> str:
         """The queue key of an object or tombstone (client-go's DeletionHandling key func)."""
         return deletion_handling_meta_namespace_key(obj)
+
+    def expect_version(self, key: str, resource_version: str) -> None:
+        """Call after a reconcile of ``key`` wrote it: ``key`` is not reconciled again until
+        the cache holds ``resource_version`` (what the API returned for the write) or later
+        (:mod:`processor_svc.write_barrier`)."""
+        self.barrier.expect(key, resource_version)
+
+    def expect_deleted(self, key: str) -> None:
+        """Call after a reconcile deleted ``key``'s object: ``key`` is not reconciled again
+        until the cache no longer holds it."""
+        self.barrier.expect_deleted(key)
 
     def enqueue(self, key: str) -> None:
         """Queue ``key`` for reconciling; a no-op if it is already waiting or after stop."""
@@ -246,6 +273,21 @@ class Controller(abc.ABC):
         if self._shard_moved_away(key):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
+            return
+        verdict = self.barrier.check(key, lambda: self.lister.get_by_key(key))
+        if verdict is Verdict.WAIT:
+            # The event that brings our write enqueues the key again; the deadline, if not.
+            remaining = self.barrier.remaining(key)
+            if remaining is not None:
+                self.queue.add_after(key, remaining)
+            return
+        if verdict is Verdict.EXPIRED:
+            self.logger.warning(
+                "the cache did not show this controller's last write of %s within %.0f s; "
+                "retrying rather than acting on it",
+                key, self.barrier.timeout, extra={"controller": self.name, "key": key},
+            )  # fmt: skip
+            self._requeue_rate_limited(key)
             return
         try:
             self.reconcile(key)
