@@ -52,6 +52,7 @@ from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_na
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
 from processor_svc.handlers import HandlerContext, Lister
+from processor_svc.predicates import UpdatePredicate
 from processor_svc.write_barrier import DEFAULT_TIMEOUT, Verdict, WriteBarrier
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
@@ -84,6 +85,9 @@ class Controller(abc.ABC):
       whose shard this processor no longer owns, because the lister would show it as absent
       although it was only handed over; its new owner re-delivers and reconciles it. Turn it off
       if you enqueue keys that are not keys of this resource (e.g. an owner's key).
+    * ``predicates``: update events reach the queue only if every one of these
+      (:mod:`processor_svc.predicates`, e.g. ``generation_changed``) passes; additions and
+      deletions always do. Default: none, every update is queued.
     * ``write_barrier_timeout``: after a reconcile called :meth:`expect_version` or
       :meth:`expect_deleted`, how long the key may wait for the cache to show that write before
       it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`).
@@ -95,6 +99,7 @@ class Controller(abc.ABC):
     wait_for_sync: bool = True
     reconcile_only_owned: bool = True
     write_barrier_timeout: float = DEFAULT_TIMEOUT
+    predicates: tuple[UpdatePredicate, ...] = ()
 
     def __init__(
         self,
@@ -107,6 +112,7 @@ class Controller(abc.ABC):
         wait_for_sync: bool | None = None,
         reconcile_only_owned: bool | None = None,
         write_barrier_timeout: float | None = None,
+        predicates: tuple[UpdatePredicate, ...] | None = None,
     ) -> None:
         self.context = context
         self.lister: Lister = context.lister
@@ -123,6 +129,7 @@ class Controller(abc.ABC):
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        self.predicates = tuple(cls.predicates if predicates is None else predicates)
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
@@ -156,8 +163,9 @@ class Controller(abc.ABC):
 
     def on_update(self, old: Obj, new: Obj) -> None:
         key = self.key_of(new)
-        self.barrier.observe(key, new, deleted=False)
-        self.enqueue(key)
+        self.barrier.observe(key, new, deleted=False)  # it reached the cache, filtered or not
+        if all(predicate(old, new) for predicate in self.predicates):
+            self.enqueue(key)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         key = self.key_of(obj)
