@@ -49,6 +49,13 @@ from processor_svc.handlers import (
     make_workqueue_factory,
 )
 from processor_svc.lister import ShardedLister
+from processor_svc.predicates import (
+    UpdatePredicate,
+    annotations_changed,
+    any_of,
+    generation_changed,
+    labels_changed,
+)
 
 __version__ = "0.1.0"
 
@@ -82,7 +89,12 @@ __all__ = [
     "SubscribeError",
     "SubscribedDelta",
     "Subscription",
+    "UpdatePredicate",
+    "annotations_changed",
+    "any_of",
     "default_controller_rate_limiter",
+    "generation_changed",
+    "labels_changed",
     "load_handler",
     "make_workqueue_factory",
     "meta_namespace_key",
