@@ -326,6 +326,29 @@ def test_retention_bounds_streams_by_objects_not_history(
     assert bus.known_versions() == sim.ground_truth("pods"), "the known state is never trimmed"
 
 
+def test_a_forced_trim_is_counted_under_the_group_that_lost_entries(
+    sim: Simulator, reflectors: Reflectors, bus: Bus
+) -> None:
+    service = reflectors.start(
+        retention_interval=0.2, retention_min_entries=5, retention_max_entries=10
+    )
+    wait_synced(service)
+    for shard in range(SHARDS):  # a group nobody runs holds every stream back
+        bus.client.xgroup_create(f"ib:{{pods:{shard}}}:deltas", "gone", id="0", mkstream=True)
+    sim.create("pods", pod("busy"))
+    for i in range(60):
+        sim.update("pods", "default/busy", {"metadata": {"labels": {"i": str(i)}}})
+
+    def forced(group: str) -> float:
+        return metric(
+            service, "informer_bus_reflector_forced_trims_total", resource="pods", group=group
+        )
+
+    wait_until(lambda: forced("gone") > 0, PATIENCE, what="a forced trim counted for 'gone'")
+    assert bus.entry_count() <= 10 * SHARDS + 60  # the hard cap, give or take one pass
+    assert forced("processors") == 0  # no other group lost anything
+
+
 def test_objects_without_a_name_are_logged_counted_and_skipped_not_fatal(
     sim: Simulator, reflectors: Reflectors, bus: Bus
 ) -> None:
