@@ -45,6 +45,7 @@ from common.redis_layout import (
 )
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
+from processor_svc.fenced_stream import as_text
 from processor_svc.handlers import (
     HandlerContext,
     LoadedHandler,
@@ -305,7 +306,7 @@ class ProcessorService:
             for reply in (groups, ours, marker):
                 if isinstance(reply, Exception) and not isinstance(reply, redis.ResponseError):
                     raise reply
-            names = () if isinstance(groups, Exception) else (_text(g["name"]) for g in groups)
+            names = () if isinstance(groups, Exception) else (as_text(g["name"]) for g in groups)
             if self.group in names and (marker is not None or ours is None):
                 found.append(keys.shard)
         return found
@@ -502,7 +503,3 @@ def _ranges(shards: Sequence[int]) -> str:
         else:
             runs.append([shard])
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -21,6 +21,7 @@ entries the group keeps (or for a v1 entry, whose header is the whole document).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, NamedTuple, Protocol
 
 from common.deltas import Delta, DeltaType
@@ -86,6 +87,7 @@ class GroupView:
         self.is_identity: Final = self.selects_everything and self.projection.is_full
         """Neither selection nor projection: the worker skips the view altogether."""
         self._reads_fields = not self.fields.empty
+        self._reads_identity = bool(self.fields.fields & {_NAME, _NAMESPACE})
 
     def __str__(self) -> str:
         parts = []
@@ -110,9 +112,9 @@ class GroupView:
             return False
         if not self._reads_fields:
             return True
-        values = dict(header.fields)
-        values[_NAME] = header.key.rpartition("/")[2]
-        values[_NAMESPACE] = header.namespace
+        values: Mapping[str, str] = header.fields
+        if self._reads_identity:  # the header's key says those: only then a dict per entry
+            values = {**values, _NAME: header.key.rpartition("/")[2], _NAMESPACE: header.namespace}
         if not self.fields.fields <= values.keys():
             return None
         return self.fields.matches(values)

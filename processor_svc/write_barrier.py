@@ -84,6 +84,16 @@ def _at_least(version: str | None, expected: str) -> bool:
     return version == expected
 
 
+def _meets(
+    expectation: _Expectation, obj: Obj | DeletedFinalStateUnknown | None, *, gone: bool
+) -> bool:
+    """The module's rule: a deletion is met once the key is ``gone``; a write once ``obj``
+    carries its version or a later one."""
+    if expectation.version == _GONE:
+        return gone
+    return _at_least(_version_of(obj), expectation.version)
+
+
 class WriteBarrier:
     """Per-key expectations of a controller's own writes (module docstring).
 
@@ -125,11 +135,7 @@ class WriteBarrier:
             expectation = self._expected.get(key)
             if expectation is None:
                 return
-            if expectation.version == _GONE:
-                met = deleted
-            else:
-                met = _at_least(_version_of(obj), expectation.version)
-            if met:
+            if _meets(expectation, obj, gone=deleted):
                 del self._expected[key]
 
     def check(self, key: str, read_cache: Callable[[], Obj | None]) -> Verdict:
@@ -139,39 +145,20 @@ class WriteBarrier:
 
         A met expectation is forgotten; an expired one too (its verdict says so once)."""
         with self._lock:
-            expectation = self._expected.get(key)
+            if key not in self._expected:
+                return Verdict.RECONCILE
+        cached = read_cache()  # outside the lock: the dispatch threads observe meanwhile
+        with self._lock:
+            expectation = self._expected.get(key)  # the current one, met or replaced since
             if expectation is None:
                 return Verdict.RECONCILE
-        cached = read_cache()
-        with self._lock:
-            if self._expected.get(key) is not expectation:  # met or replaced meanwhile
-                return self._recheck(key, cached)
-            if expectation.version == _GONE:
-                met = cached is None
-            else:
-                met = _at_least(_version_of(cached), expectation.version)
-            if met:
+            if _meets(expectation, cached, gone=cached is None):
                 del self._expected[key]
                 return Verdict.RECONCILE
             if self._clock() >= expectation.deadline:
                 del self._expected[key]
                 return Verdict.EXPIRED
             return Verdict.WAIT
-
-    def _recheck(self, key: str, cached: Obj | None) -> Verdict:
-        """:meth:`check` after the expectation changed while the cache was read (lock held)."""
-        expectation = self._expected.get(key)
-        if expectation is None:
-            return Verdict.RECONCILE
-        met = (
-            cached is None
-            if expectation.version == _GONE
-            else _at_least(_version_of(cached), expectation.version)
-        )
-        if met:
-            del self._expected[key]
-            return Verdict.RECONCILE
-        return Verdict.WAIT
 
     def remaining(self, key: str) -> float | None:
         """Seconds until ``key``'s expectation expires (``None`` without one)."""

@@ -180,3 +180,12 @@ def test_a_view_that_keeps_everything_is_skipped_altogether() -> None:
 def test_a_malformed_view_names_the_mistake(flags: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         GroupView(RESOURCE, **flags)
+
+
+def test_a_field_selector_on_the_name_decides_from_the_header() -> None:
+    view = GroupView(RESOURCE, field_selector="metadata.name=a,metadata.namespace!=kube-system")
+    store = Indexer()
+    kept = view.route(entry(DeltaType.ADDED, pod("ns/a", "1")).envelope, store, 1 << 22)
+    assert kept.delta is not None and kept.key == "ns/a"
+    for other in (pod("ns/b", "2"), pod("kube-system/a", "3")):
+        assert view.route(entry(DeltaType.ADDED, other).envelope, store, 1 << 22).delta is None
