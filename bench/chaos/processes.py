@@ -40,8 +40,8 @@ REFLECTORS = ("reflector", "reflector-b")
 class _PinnedRedis(local_redis.RedisServer):
     """A redis-server that always comes back on the port it was given."""
 
-    def __init__(self, workdir: Path, port: int, *, aof: bool) -> None:
-        persistence = ("--appendonly", "yes", "--appendfsync", "everysec") if aof else ()
+    def __init__(self, workdir: Path, port: int, *, aof: bool, appendfsync: str) -> None:
+        persistence = ("--appendonly", "yes", "--appendfsync", appendfsync) if aof else ()
         super().__init__(workdir, *persistence)
         self._pinned = port
 
@@ -76,7 +76,10 @@ class ChaosPipeline:
     # --- components ----------------------------------------------------------------------
 
     def _start_redis(self) -> _PinnedRedis:
-        server = _PinnedRedis(self.workdir / "redis", self.port, aof=self.scenario.aof)
+        scenario = self.scenario
+        server = _PinnedRedis(
+            self.workdir / "redis", self.port, aof=scenario.aof, appendfsync=scenario.appendfsync
+        )
         server.start()
         return server
 
