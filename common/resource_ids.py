@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
 
+from common.shard_keys import ShardKeyChoice
+
 __all__ = ["ID_SYNTAX", "SPEC_SYNTAX", "ResourceSpec", "check_resource_id", "resource_id_from"]
 
 SPEC_SYNTAX: Final = (
-    "PLURAL[.VERSION][.GROUP][@NAMESPACE][?labelSelector=...&fieldSelector=...] "
+    "PLURAL[.VERSION][.GROUP][@NAMESPACE][?labelSelector=...&fieldSelector=...&shardKey=...] "
     "(e.g. pods, pods.v1, deployments.v1.apps, widgets.example.com@shop, "
-    "pods@shop?labelSelector=app%3Dweb)"
+    "pods@shop?labelSelector=app%3Dweb, configmaps?shardKey=owner)"
 )
 """The reflector's ``--resource`` syntax, quoted in every parse error of a spec."""
 
@@ -37,9 +39,12 @@ _GROUP_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 # Kubernetes API versions follow this convention (v1, v2beta1, v1alpha3); it is what tells the
 # version segment of ``deployments.v1.apps`` apart from the first label of a group.
 _VERSION_RE = re.compile(r"v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?")
-_QUERY_KEYS = ("labelSelector", "fieldSelector")
+_QUERY_KEYS = ("labelSelector", "fieldSelector", "shardKey")
 _MAX_NAMESPACE = 63
 _MAX_GROUP = 253
+
+
+_BY_KEY: Final = ShardKeyChoice()
 
 
 class _Invalid(ValueError):
@@ -61,6 +66,8 @@ class ResourceSpec:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    shard_key: ShardKeyChoice = _BY_KEY
+    """What the resource's objects are sharded by (``?shardKey=owner``; default: their key)."""
 
     @classmethod
     def parse(cls, text: str) -> ResourceSpec:
@@ -97,6 +104,10 @@ class ResourceSpec:
         if rest and (len(group) > _MAX_GROUP or not _GROUP_RE.fullmatch(group)):
             raise _Invalid(f"API group {group!r} is not a DNS subdomain")
         selectors = _parse_query(query) if sep else {}
+        try:
+            shard_key = ShardKeyChoice.parse(selectors.get("shardKey", "key"))
+        except ValueError as why:
+            raise _Invalid(str(why)) from None
         return cls(
             plural=plural,
             version=version,
@@ -104,6 +115,7 @@ class ResourceSpec:
             namespace=namespace if at else None,
             label_selector=selectors.get("labelSelector"),
             field_selector=selectors.get("fieldSelector"),
+            shard_key=shard_key,
         )
 
     @property
@@ -131,6 +143,7 @@ class ResourceSpec:
             for key, value in (
                 ("labelSelector", self.label_selector),
                 ("fieldSelector", self.field_selector),
+                ("shardKey", None if self.shard_key.by_object_key else str(self.shard_key)),
             )
             if value
         ]
@@ -145,7 +158,7 @@ def _parse_query(query: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for key, value in pairs:
         if key not in _QUERY_KEYS:
-            raise _Invalid(f"unknown query parameter {key!r} (only {' and '.join(_QUERY_KEYS)})")
+            raise _Invalid(f"unknown query parameter {key!r} (only {', '.join(_QUERY_KEYS)})")
         if key in found:
             raise _Invalid(f"{key} given twice")
         if not value.strip():
