@@ -20,6 +20,16 @@ change (unix seconds), ``tomb`` true for an inferred deletion (``DeletedFinalSta
 tombstone, or ``null`` when that is unknown. orjson never writes a raw newline, so the first one
 ends the header whatever the object part holds, and every v2 entry starts ``{"v":2,``.
 
+Version 3 (issue 15) is version 2 plus one header field, ``mv``, and is written only for the two
+halves of a *move*: an object whose shard key changed (a new owner, a relabel:
+:mod:`common.shard_keys`) leaves its old shard as a ``Deleted`` entry marked ``"mv":{"to":S}``
+(the shard it goes to; the object part is its last state on the old shard) and arrives on the
+new shard as an ``Added`` entry marked ``"mv":{"from":S,"id":"<entry id>"}``, naming the old
+shard and the stream id of that deletion there, so a consumer holding both shards can apply the
+deletion before the addition (:class:`Move`). Every other entry stays version 2, byte for byte:
+a consumer that predates version 3 parks a move's entries as poison instead of misreading them
+(upgrade processors before reflectors that shard by anything but the object's key).
+
 Why: a filtered consumer (label, namespace or field selector) decides "not in my view" on the
 header alone (:func:`decode_header`) and parses the object only for what it keeps
 (:func:`decode_object`). Measured by ``bench/wire_codecs.py`` (Python 3.11, orjson 3.13, msgpack
@@ -71,6 +81,7 @@ consumer may route or dedupe on the header alone without ever disagreeing with w
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -92,6 +103,7 @@ __all__ = [
     "WIRE_VERSION",
     "DeltaEnvelope",
     "EntryHeader",
+    "Move",
     "WireDecodeError",
     "decode_envelope",
     "decode_header",
@@ -99,12 +111,16 @@ __all__ = [
     "encode_envelope",
     "envelope_from_fields",
     "envelope_to_fields",
+    "moved_in",
+    "moved_out",
 ]
 
 WIRE_VERSION: Final = 2
-"""The version :func:`encode_envelope` writes."""
+"""The version :func:`encode_envelope` writes for every delta but a move's halves."""
+_MOVE_VERSION: Final = 3
+"""The version of a move's two halves (the only entries with a ``mv`` header field)."""
 
-SUPPORTED_VERSIONS: Final = frozenset({1, 2})
+SUPPORTED_VERSIONS: Final = frozenset({1, 2, 3})
 """The versions :func:`decode_envelope` reads; old versions stay here while streams hold them."""
 
 DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024
@@ -119,6 +135,10 @@ _V2_FIELDS: Final = frozenset({"v", "t", "k", "ns", "rv", "uid", "ts", "tomb", "
 _V2_PREFIX: Final = b'{"v":2,'
 """How every v2 entry starts (the encoder writes ``v`` first): the version is known before any
 parse, and a v1 document (``{"v":1,...``, or any other order) never starts like this."""
+_V3_PREFIX: Final = b'{"v":3,'
+_HEADED: Final = (_V2_PREFIX, _V3_PREFIX)
+"""The prefixes of the versions with a header line (``bytes.startswith`` takes the tuple)."""
+_ENTRY_ID = re.compile(r"[0-9]+-[0-9]+")
 _NO_OBJECT: Final = b"null"
 _STRINGS_ONLY: Final = frozenset({str})
 _NO_SEPARATOR: Final = "v2 envelope has no newline between its header and its object"
@@ -131,6 +151,65 @@ class WireDecodeError(ValueError):
     The only exception :func:`decode_envelope` raises, so a consumer can park a poison entry
     with one ``except`` and keep going.
     """
+
+
+class Move(NamedTuple):
+    """Half of a move of one object between two shards of its resource (version 3).
+
+    The outgoing half (``to_shard`` set) is the ``Deleted`` entry on the old shard, carrying the
+    object's last state there; the incoming half (``from_shard`` and ``from_id`` set) is the
+    ``Added`` entry on the new shard, and ``from_id`` is the stream id of the outgoing half on
+    ``from_shard``. The reflector writes the outgoing half first and learns its id from Redis, so
+    a consumer that holds both shards can wait until it has applied ``from_id`` on
+    ``from_shard`` before applying the incoming half: the object is never in both at once.
+    """
+
+    to_shard: int | None = None
+    from_shard: int | None = None
+    from_id: str = ""
+
+    @property
+    def outgoing(self) -> bool:
+        """The old shard's half (a deletion)."""
+        return self.to_shard is not None
+
+    def as_json(self) -> dict[str, Any]:
+        """The header's ``mv`` value."""
+        if self.to_shard is not None:
+            return {"to": self.to_shard}
+        return {"from": self.from_shard, "id": self.from_id}
+
+
+def _move_of(value: object) -> Move | None:
+    """The :class:`Move` of a header's ``mv`` value; ``None`` when it is malformed."""
+    if type(value) is not dict:
+        return None
+    if value.keys() == {"to"}:
+        shard = value["to"]
+        return Move(to_shard=shard) if type(shard) is int and shard >= 0 else None
+    if value.keys() == {"from", "id"}:
+        shard, entry_id = value["from"], value["id"]
+        if (
+            type(shard) is int
+            and shard >= 0
+            and type(entry_id) is str
+            and _ENTRY_ID.fullmatch(entry_id)
+        ):
+            return Move(from_shard=shard, from_id=entry_id)
+    return None
+
+
+def _move_violation(move: Move | None, delta_type: DeltaType, tombstone: bool) -> str | None:
+    """What is wrong with ``move`` on a delta of ``delta_type``, or ``None``."""
+    if move is None:
+        return None
+    if move.outgoing:
+        if delta_type is not DeltaType.DELETED or tombstone:
+            return "the outgoing half of a move must be a Deleted delta that is no tombstone"
+        return None
+    if delta_type is not DeltaType.ADDED:
+        return "the incoming half of a move must be an Added delta"
+    return None
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -156,6 +235,8 @@ class DeltaEnvelope:
     """Unix seconds at which the reflector saw the change (for end-to-end latency)."""
     tombstone: bool = False
     """True for an inferred deletion (client-go ``DeletedFinalStateUnknown``)."""
+    move: Move | None = None
+    """Set when this delta is half of a move between shards (version 3, :class:`Move`)."""
 
     def __init__(  # noqa: PLR0917 - the positional signature a dataclass would generate
         self,
@@ -166,11 +247,12 @@ class DeltaEnvelope:
         obj: Obj | None,
         observed_at: float,
         tombstone: bool = False,
+        move: Move | None = None,
     ) -> None:
         # Hand-written because this runs once per decoded delta: the generated __init__ of a
         # frozen dataclass assigns through object.__setattr__, twice the cost of the slots' own
         # descriptors (0.84 vs 0.38 µs for seven fields, ~4 % of a Pod's decode).
-        _set_fields(self, type, key, resource_version, uid, obj, observed_at, tombstone)
+        _set_fields(self, type, key, resource_version, uid, obj, observed_at, tombstone, move)
         problem = _invariant_violation(self)
         if problem is not None:
             raise ValueError(f"invalid envelope for key {_short(key)}: {problem}")
@@ -197,7 +279,7 @@ class DeltaEnvelope:
         key = meta_namespace_key(obj)
         resource_version, uid = _version_and_uid(obj)
         env = cls.__new__(cls)
-        _set_fields(env, delta_type, key, resource_version, uid, obj, observed_at, False)
+        _set_fields(env, delta_type, key, resource_version, uid, obj, observed_at, False, None)
         problem = _type_violation(env)
         if problem is not None:
             raise ValueError(f"invalid envelope for key {_short(key)}: {problem}")
@@ -220,6 +302,7 @@ class DeltaEnvelope:
     _set_obj,
     _set_observed_at,
     _set_tombstone,
+    _set_move,
 ) = (vars(DeltaEnvelope)[field.name].__set__ for field in fields(DeltaEnvelope))
 
 
@@ -232,6 +315,7 @@ def _set_fields(  # noqa: PLR0917 - DeltaEnvelope's positional fields, in order
     obj: Obj | None,
     observed_at: float,
     tombstone: bool,
+    move: Move | None,
 ) -> None:
     _set_type(env, delta_type)
     _set_key(env, key)
@@ -240,6 +324,7 @@ def _set_fields(  # noqa: PLR0917 - DeltaEnvelope's positional fields, in order
     _set_obj(env, obj)
     _set_observed_at(env, observed_at)
     _set_tombstone(env, tombstone)
+    _set_move(env, move)
 
 
 class EntryHeader(NamedTuple):
@@ -252,8 +337,8 @@ class EntryHeader(NamedTuple):
     tombstone without its last object); ``fields`` the selectable field values the reflector
     computed (``spec.nodeName`` -> ``node-7``), ``{}`` when it gave none. ``namespace`` is
     ``""`` for a cluster-scoped key. ``has_object``: whether the entry carries an object (false
-    only for a tombstone whose last state is unknown). The dicts are the decoder's own: treat
-    them as read-only.
+    only for a tombstone whose last state is unknown). ``move``: the :class:`Move` an entry of
+    version 3 carries. The dicts are the decoder's own: treat them as read-only.
     """
 
     type: DeltaType
@@ -266,6 +351,8 @@ class EntryHeader(NamedTuple):
     observed_at: float
     tombstone: bool
     has_object: bool
+    move: Move | None = None
+    """Set on the two halves of a move between shards (version 3)."""
 
 
 _new_tuple: Final = tuple.__new__
@@ -311,21 +398,23 @@ def encode_envelope(
         raise ValueError(f"fields of {env.key!r} must map strings to strings")
     key = env.key
     slash = key.find("/")
+    move = env.move
+    doc = {
+        "v": WIRE_VERSION if move is None else _MOVE_VERSION,
+        "t": env.type.value,
+        "k": key,
+        "ns": key[:slash] if slash > 0 else "",
+        "rv": env.resource_version,
+        "uid": env.uid,
+        "ts": env.observed_at,
+        "tomb": env.tombstone,
+        "l": labels,
+        "f": selectable,
+    }
+    if move is not None:
+        doc["mv"] = move.as_json()
     try:
-        header = orjson.dumps(
-            {
-                "v": WIRE_VERSION,
-                "t": env.type.value,
-                "k": key,
-                "ns": key[:slash] if slash > 0 else "",
-                "rv": env.resource_version,
-                "uid": env.uid,
-                "ts": env.observed_at,
-                "tomb": env.tombstone,
-                "l": labels,
-                "f": selectable,
-            }
-        )
+        header = orjson.dumps(doc)
     except TypeError as exc:  # a key that is not a string: orjson checks those, not _is_string_map
         raise ValueError(f"labels and fields of {env.key!r} must map strings to strings") from exc
     data = b"\n".join((header, part))
@@ -334,6 +423,48 @@ def encode_envelope(
             f"envelope for {env.key!r} is {len(data)} bytes, over the {max_bytes}-byte limit"
         )
     return data
+
+
+def moved_out(data: bytes, to_shard: int, *, observed_at: float) -> bytes:
+    """The outgoing half of a move (:class:`Move`), from ``data``, the envelope the old shard
+    holds as the object's known state: the same object, now a ``Deleted`` delta observed at
+    ``observed_at`` and marked as moving to ``to_shard``. Only the header is rewritten (the
+    object part is kept byte for byte); raises :class:`WireDecodeError` for an envelope that
+    cannot be the known state of a key."""
+    header = decode_header(data)
+    if header.type is DeltaType.DELETED or not header.has_object:
+        raise WireDecodeError("the known state of a key cannot be a deletion")
+    return _with_header(data, header, DeltaType.DELETED, Move(to_shard=to_shard), observed_at)
+
+
+def moved_in(data: bytes, from_shard: int, from_id: str) -> bytes:
+    """The incoming half of a move (:class:`Move`), from ``data``, the envelope of the change
+    that moved the object: an ``Added`` delta marked as coming from ``from_shard``, where its
+    outgoing half has the stream id ``from_id``. Only the header is rewritten."""
+    header = decode_header(data)
+    if header.type is DeltaType.DELETED or not header.has_object:
+        raise WireDecodeError("only an addition or an update can move an object in")
+    move = Move(from_shard=from_shard, from_id=from_id)
+    return _with_header(data, header, DeltaType.ADDED, move, header.observed_at)
+
+
+def _with_header(
+    data: bytes, header: EntryHeader, delta_type: DeltaType, move: Move, observed_at: float
+) -> bytes:
+    if _move_of(move.as_json()) != move:
+        raise ValueError(f"invalid move {move!r}")
+    if data.startswith(_HEADED):
+        cut = data.find(b"\n")
+        doc = orjson.loads(data[:cut])
+        body = data[cut:]
+    else:  # a version-1 known state: its object is re-serialised once
+        doc = {"ns": header.namespace, "uid": header.uid, "l": header.labels, "f": header.fields}
+        doc.update(k=header.key, rv=header.resource_version, tomb=False)
+        body = b"\n" + orjson.dumps(_decode_document(data).obj)
+    doc.pop("mv", None)
+    doc.update(v=_MOVE_VERSION, t=delta_type.value, ts=observed_at, tomb=False)
+    head = orjson.dumps({"v": _MOVE_VERSION, **doc, "mv": move.as_json()})
+    return head + body
 
 
 def decode_header(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> EntryHeader:
@@ -349,7 +480,7 @@ def decode_header(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> EntryHeade
     """
     try:
         _check_bytes(data, max_bytes)
-        if not data.startswith(_V2_PREFIX):
+        if not data.startswith(_HEADED):
             return _header_of_envelope(_decode_document(data))
         return _v2_header(data, data.find(b"\n"))
     except WireDecodeError:
@@ -369,7 +500,7 @@ def decode_object(data: bytes, header: EntryHeader) -> Obj | None:
     try:
         if type(data) is not bytes:
             raise WireDecodeError(f"envelope must be bytes, got {type(data).__name__}")
-        if data.startswith(_V2_PREFIX):
+        if data.startswith(_HEADED):
             return _v2_object(data, data.find(b"\n"), header)
         obj = _decode_document(data).obj
         if obj is None and not header.has_object:
@@ -392,7 +523,7 @@ def decode_envelope(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> DeltaEnv
     """
     try:
         _check_bytes(data, max_bytes)
-        if not data.startswith(_V2_PREFIX):
+        if not data.startswith(_HEADED):
             return _decode_document(data)
         cut = data.find(b"\n")
         header = _v2_header(data, cut)
@@ -408,6 +539,7 @@ def decode_envelope(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> DeltaEnv
             obj,
             header.observed_at,
             header.tombstone,
+            header.move,
         )
         return env
     except WireDecodeError:
@@ -423,7 +555,25 @@ def _v2_header(data: bytes, cut: int) -> EntryHeader:
     if data[cut - 1] != 0x7D:  # "}"
         raise WireDecodeError(f"v2 header must be one JSON object, got {_preview(data[:cut])}")
     doc = orjson.loads(data[:cut])  # a copy of ~300 bytes is cheaper than a memoryview
-    return _header_v2(doc, has_object=len(data) - cut != 5 or not data.endswith(_NO_OBJECT))
+    has_object = len(data) - cut != 5 or not data.endswith(_NO_OBJECT)
+    if data[5] == 0x33:  # '3' of '{"v":3,': a move's half
+        return _header_v3(doc, has_object=has_object)
+    return _header_v2(doc, has_object=has_object)
+
+
+def _header_v3(doc: dict[str, Any], *, has_object: bool) -> EntryHeader:
+    """A version-3 header: a version-2 header plus its ``mv`` (:class:`Move`)."""
+    if "mv" not in doc:
+        raise WireDecodeError("a v3 header must carry a move ('mv')")
+    value = doc.pop("mv")
+    move = _move_of(value)
+    if move is None:
+        raise WireDecodeError(f"invalid move {_short(value)} in the v3 header")
+    header = _header_v2(doc, has_object=has_object, version=3)
+    problem = _move_violation(move, header.type, header.tombstone)
+    if problem is not None:
+        raise WireDecodeError(f"invalid v3 header for key {_short(header.key)}: {problem}")
+    return header._replace(move=move)
 
 
 def _v2_object(data: bytes, cut: int, header: EntryHeader) -> Obj | None:
@@ -483,9 +633,10 @@ def _decode_document(data: bytes) -> DeltaEnvelope:
         )
     doc = orjson.loads(data)
     version = doc.get("v")
-    if version == 2 and type(version) is int:
+    if version in (2, 3) and type(version) is int:
         raise WireDecodeError(
-            'a v2 envelope must start with {"v":2, and have its object after a newline'
+            f'a v{version} envelope must start with {{"v":{version}, and have its object after '
+            "a newline"
         )
     if type(version) is not int or version not in SUPPORTED_VERSIONS:
         shown = "missing" if version is None else _short(version)
@@ -569,7 +720,7 @@ def _header_of_envelope(env: DeltaEnvelope) -> EntryHeader:
     )
 
 
-def _header_v2(doc: dict[str, Any], *, has_object: bool) -> EntryHeader:
+def _header_v2(doc: dict[str, Any], *, has_object: bool, version: int = 2) -> EntryHeader:
     try:  # ten distinct keys, all of them found: the key set is exactly _V2_FIELDS
         if len(doc) != len(_V2_FIELDS):
             raise KeyError
@@ -580,7 +731,7 @@ def _header_v2(doc: dict[str, Any], *, has_object: bool) -> EntryHeader:
         missing = sorted(_V2_FIELDS - doc.keys())
         unknown = sorted(doc.keys() - _V2_FIELDS)
         raise WireDecodeError(
-            f"v2 header fields wrong: missing {missing}, unknown {unknown}"
+            f"v{version} header fields wrong: missing {missing}, unknown {unknown}"
         ) from None
     delta_type = _DELTA_TYPES.get(type_name) if type(type_name) is str else None
     # One expression for the well-formed header (every entry but a poison one), so the
@@ -622,6 +773,7 @@ def _header_v2(doc: dict[str, Any], *, has_object: bool) -> EntryHeader:
                 observed_at,
                 tombstone,
                 has_object,
+                None,
             ),
         )
     raise WireDecodeError(_header_violation(doc, has_object=has_object))
@@ -762,6 +914,13 @@ def _type_violation(env: DeltaEnvelope) -> str | None:
 def _consistency_violation(env: DeltaEnvelope) -> str | None:
     if env.tombstone and env.type is not DeltaType.DELETED:
         return f"a tombstone (inferred deletion) must have type Deleted, not {env.type.value}"
+    move: object = env.move
+    if move is not None:
+        if not isinstance(move, Move) or move != _move_of(move.as_json()):
+            return f"move must be a well-formed Move or None, got {_short(move)}"
+        problem = _move_violation(move, env.type, env.tombstone)
+        if problem is not None:
+            return problem
     obj = env.obj
     if obj is None:
         if not env.tombstone:
@@ -822,7 +981,7 @@ def _describe_fields(fields: Mapping[Any, Any] | None) -> str:
 
 
 def _object_of_envelope(packed: bytes) -> Obj:
-    if packed.startswith(_V2_PREFIX) or packed.startswith(b"\n"):  # a v2 entry, or a holder
+    if packed.startswith(_HEADED) or packed.startswith(b"\n"):  # a v2/v3 entry, or a holder
         obj: Obj = orjson.loads(memoryview(packed)[packed.find(b"\n") + 1 :])
         return obj
     obj = orjson.loads(packed)["o"]  # a v1 entry

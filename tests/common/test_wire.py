@@ -247,11 +247,11 @@ def test_oversized_entries_are_rejected_before_parsing(monkeypatch: pytest.Monke
     assert "over the 4194304-byte limit" in rejected(big)
 
 
-@pytest.mark.parametrize("version", [3, 0, "1", 1.0, True, None, [1]], ids=repr)
+@pytest.mark.parametrize("version", [4, 0, "1", 1.0, True, None, [1]], ids=repr)
 def test_unknown_schema_versions_say_what_is_supported(version: object) -> None:
     message = rejected(orjson.dumps(valid_doc(v=version)))
     assert "unsupported envelope schema version" in message
-    assert "this build reads versions [1, 2]" in message
+    assert "this build reads versions [1, 2, 3]" in message
 
 
 def test_a_v1_document_claiming_v2_is_told_what_v2_looks_like() -> None:
