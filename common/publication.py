@@ -14,13 +14,87 @@ first list completes) tells "a reflector is on its way" apart from "no reflector
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from common.redis_layout import CHECKPOINT_SYNCED_RV, LEASE_HOLDER, ResourceKeys
+from common.redis_layout import (
+    CHECKPOINT_SYNCED_RV,
+    LAYOUT_API_VERSION,
+    LAYOUT_KIND,
+    LAYOUT_NAMESPACED,
+    LAYOUT_SHARD_COUNT,
+    LAYOUT_SHARD_KEY,
+    LEASE_HOLDER,
+    ResourceKeys,
+)
+from common.shard_keys import ShardKeyChoice
 
-__all__ = ["Publication", "read_publication"]
+__all__ = ["Publication", "ResourceLayout", "read_publication", "write_layout"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLayout:
+    """How a reflector shards a resource and what its objects are (``ResourceKeys.layout``).
+
+    Readers learn from it what they would otherwise have to be told again, and could be told
+    wrong: a processor routes a cache lookup by key only if the resource is sharded by something
+    the key names (:attr:`ShardKeyChoice.key_names_shard`), and maps a child's owner reference to
+    its primary's key by the primary's kind, apiVersion and scope.
+    """
+
+    shard_count: int
+    shard_key: ShardKeyChoice
+    kind: str
+    api_version: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        """The API group of :attr:`api_version` (``""`` for the core group)."""
+        group, slash, _ = self.api_version.rpartition("/")
+        return group if slash else ""
+
+    def to_fields(self) -> dict[str, str]:
+        return {
+            LAYOUT_SHARD_COUNT: str(self.shard_count),
+            LAYOUT_SHARD_KEY: str(self.shard_key),
+            LAYOUT_KIND: self.kind,
+            LAYOUT_API_VERSION: self.api_version,
+            LAYOUT_NAMESPACED: "1" if self.namespaced else "0",
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[bytes | str, bytes | str]) -> ResourceLayout | None:
+        """The layout a hash holds; ``None`` when it holds none (a reflector from before
+        layouts); ``ValueError`` (one line) when what it holds is unusable."""
+        text = {_text(name): _text(value) for name, value in fields.items()}
+        if not text:
+            return None
+        try:
+            return cls(
+                shard_count=int(text[LAYOUT_SHARD_COUNT]),
+                shard_key=ShardKeyChoice.parse(text[LAYOUT_SHARD_KEY]),
+                kind=text[LAYOUT_KIND],
+                api_version=text[LAYOUT_API_VERSION],
+                namespaced=text[LAYOUT_NAMESPACED] == "1",
+            )
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"unusable resource layout {text!r}: {exc}") from None
+
+
+def write_layout(
+    client: redis.Redis, *, prefix: str, resource: str, layout: ResourceLayout
+) -> None:
+    """Record ``layout`` (the reflector leader, as it starts leading)."""
+    fields: Any = layout.to_fields()  # redis-py's mapping type is invariant in its keys
+    client.hset(ResourceKeys(prefix, resource).layout, mapping=fields)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +109,8 @@ class Publication:
     listed_beyond: bool = False
     """Shard ``shard_count`` holds a completed list too: the reflector uses more shards than
     the reader was told, and the reader would never see those shards' objects."""
+    layout: ResourceLayout | None = None
+    """What the reflector recorded of the resource (``None``: nothing, an older reflector)."""
 
     @property
     def complete(self) -> bool:
@@ -56,17 +132,20 @@ def read_publication(
     client: redis.Redis, *, prefix: str, resource: str, shard_count: int
 ) -> Publication:
     """One pipelined read of the leader lease's holder and every shard's ``synced_rv``;
-    raises ``redis.RedisError`` when Redis cannot be read. Only ``HGET``: a processor's minimal
-    ACL (``docs/operations.md``) has it, not ``EXISTS`` or ``HEXISTS``."""
+    raises ``redis.RedisError`` when Redis cannot be read, ``ValueError`` when the recorded
+    layout is unusable. Only ``HGET`` and ``HGETALL``: a processor's minimal ACL
+    (``docs/operations.md``) has them, not ``EXISTS`` or ``HEXISTS``."""
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
     pipe.hget(keys.leader, LEASE_HOLDER)
+    pipe.hgetall(keys.layout)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
         pipe.hget(keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
-    leader, *listed, beyond = pipe.execute()
+    leader, layout, *listed, beyond = pipe.execute()
     return Publication(
         shard_count=shard_count,
         listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
         leader=leader is not None,
         listed_beyond=beyond is not None,
+        layout=ResourceLayout.from_fields(layout),
     )

@@ -17,6 +17,7 @@ place, and any other group ``G`` puts ``group:G:`` before the suffix::
     ib:{pods:7}:lease_epoch          its epoch counter (never expires)
     ib:{pods:7}:dead                 its dead letters: entries it could not decode or apply
     ib:{pods:7}:initial_list         a durable subscriber's "initial list not acknowledged"
+    ib:{pods:7}:expectations         a controller's unmet write expectations (its primaries)
     ib:{pods:7}:group:audit:lease    the same three for group ``audit``
     ib:{pods:7}:group:audit:lease_epoch
     ib:{pods:7}:group:audit:dead
@@ -27,7 +28,8 @@ the checkpoint in one atomic step; check the fence inside the same write). Diffe
 different tags and so spread over the cluster.
 
 Keys of a resource as a whole (:class:`ResourceKeys`) carry the tag ``{pods}``: the reflector's
-leader lease ``ib:{pods}:leader`` and its epoch counter ``ib:{pods}:epoch``; a group's
+leader lease ``ib:{pods}:leader``, its epoch counter ``ib:{pods}:epoch`` and the resource's
+layout ``ib:{pods}:layout`` (how it is sharded, what its objects are); a group's
 membership is ``ib:{pods}:members`` for the default group, ``ib:{pods}:group:G:members`` for
 group ``G`` (:class:`GroupKeys`).
 """
@@ -63,9 +65,9 @@ DEFAULT_PREFIX: Final = "ib"
 
 SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint")
 """The last part of every per-shard key name, in :meth:`ShardKeys.all_keys` order."""
-GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead", "initial_list")
+GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead", "initial_list", "expectations")
 """The last part of a group's per-shard key names, in :meth:`GroupShardKeys.all_keys` order."""
-RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch")
+RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch", "layout")
 """The last part of every resource-wide key name, in :meth:`ResourceKeys.all_keys` order."""
 GROUP_KEY_SUFFIXES: Final = ("members",)
 """The last part of a group's resource-wide key names, in :meth:`GroupKeys.all_keys` order."""
@@ -252,15 +254,28 @@ class GroupShardKeys:
         with (the known state) is not acknowledged yet, so a restart delivers it again."""
         return self._key("initial_list")
 
+    @property
+    def expectations(self) -> str:
+        """Hash: a controller's unmet write expectations for the primaries of this shard (queue
+        key -> JSON), so that the next owner of the shard does not reconcile on a cache older
+        than the previous owner's last write (``processor_svc.write_barrier``)."""
+        return self._key("expectations")
+
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this group on this shard."""
-        return (self.lease, self.lease_epoch, self.dead_letters, self.initial_list)
+        return (
+            self.lease,
+            self.lease_epoch,
+            self.dead_letters,
+            self.initial_list,
+            self.expectations,
+        )
 
     def removable_keys(self) -> tuple[str, ...]:
         """What deleting the group removes here: everything but :attr:`lease_epoch`. Epochs
         must never go backwards, or a paused owner of a group created again under the same
         name could acknowledge with an epoch the new lease reuses."""
-        return (self.lease, self.dead_letters, self.initial_list)
+        return (self.lease, self.dead_letters, self.initial_list, self.expectations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +309,13 @@ class ResourceKeys:
         """The leader epoch counter; never expires, so epochs only grow."""
         return f"{self.prefix}:{self.hash_tag}:epoch"
 
+    @property
+    def layout(self) -> str:
+        """Hash: how the reflector shards the resource and what its objects are (shard count,
+        shard key, kind, apiVersion, scope), so that readers need not be told
+        (:class:`common.publication.ResourceLayout`). Written by the leader as it starts."""
+        return f"{self.prefix}:{self.hash_tag}:layout"
+
     def group(self, group: str = PROCESSOR_GROUP) -> GroupKeys:
         """The keys of consumer group ``group`` of this resource."""
         return GroupKeys(self, group)
@@ -304,7 +326,7 @@ class ResourceKeys:
 
     def all_keys(self) -> tuple[str, ...]:
         """Every resource-wide key (not the shards' keys)."""
-        return (self.leader, self.epoch)
+        return (self.leader, self.epoch, self.layout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,14 @@ def test_the_default_group_keeps_the_key_names_it_had_before_groups() -> None:
     assert keys.lease_epoch == "ib:{pods:7}:lease_epoch"
     assert keys.dead_letters == "ib:{pods:7}:dead"
     assert keys.initial_list == "ib:{pods:7}:initial_list"
-    assert keys.all_keys() == (keys.lease, keys.lease_epoch, keys.dead_letters, keys.initial_list)
+    assert keys.expectations == "ib:{pods:7}:expectations"
+    assert keys.all_keys() == (
+        keys.lease,
+        keys.lease_epoch,
+        keys.dead_letters,
+        keys.initial_list,
+        keys.expectations,
+    )
     assert keys.lease_epoch not in keys.removable_keys()  # epochs never go backwards
     assert ResourceKeys(DEFAULT_PREFIX, "pods").group().members == "ib:{pods}:members"
 
@@ -135,7 +142,8 @@ def test_resource_keys_layout() -> None:
     assert keys.hash_tag == "{deployments.apps}"
     assert keys.leader == "ib:{deployments.apps}:leader"
     assert keys.epoch == "ib:{deployments.apps}:epoch"
-    assert keys.all_keys() == (keys.leader, keys.epoch)
+    assert keys.layout == "ib:{deployments.apps}:layout"
+    assert keys.all_keys() == (keys.leader, keys.epoch, keys.layout)
     assert keys.shard(3) == ShardKeys("ib", "deployments.apps", 3)
     # One slot for the lease and the epoch, so one script can take both.
     assert len({key_slot(key.encode()) for key in keys.all_keys()}) == 1
@@ -159,7 +167,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in names}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in names}) == 1
-        assert len(set(names)) == 12
+        assert len(set(names)) == 14
         tags |= shard_tags
     assert len(tags) == 32
 
