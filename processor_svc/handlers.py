@@ -35,23 +35,30 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from common.handlers import ResourceEventHandler
 from common.keys import Obj
 from common.plugins import PluginError, load_plugin
+from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
 from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 
 __all__ = [
+    "DeclaresResources",
+    "Expectation",
+    "ExpectationStore",
     "HandlerContext",
     "HandlerLoadError",
     "HandlerSpec",
     "Lister",
     "LoadedHandler",
+    "ResourceUse",
+    "ServesResources",
+    "ShardAware",
     "Startable",
     "Stoppable",
     "WorkqueueFactory",
@@ -97,6 +104,8 @@ class Lister(Protocol):
 
     def owns(self, key: str) -> bool: ...
 
+    def shard_of(self, key: str) -> int | None: ...
+
     def get_by_key(self, key: str) -> Obj | None: ...
 
     def get(self, namespace_or_key: str, name: str | None = None) -> Obj | None: ...
@@ -133,18 +142,105 @@ class Stoppable(Protocol):
     def stop(self, timeout: float | None = None) -> bool | None: ...
 
 
+def _no_layout(resource: str) -> ResourceLayout | None:
+    return None
+
+
 class HandlerLoadError(PluginError):
     """A handler reference that cannot become a handler; the message is one line for a human."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUse:
+    """A resource a handler class declares it needs (:class:`DeclaresResources`)."""
+
+    resource: str
+    """The resource id (``configmaps``, ``widgets.example.com``)."""
+    replicate: bool = False
+    """Every member of the group reads every shard of it (a small lookup set), instead of
+    owning its shards together with the other resources' (co-sharded)."""
+
+
+@runtime_checkable
+class DeclaresResources(Protocol):
+    """Optional for a handler *class*: the resources its instances need, asked before the
+    processor builds its caches (so ``--resource`` need not repeat them). The first non-replicated
+    one is the primary unless ``--resource`` names one."""
+
+    @classmethod
+    def declared_resources(cls) -> Sequence[ResourceUse]: ...
+
+
+@runtime_checkable
+class ServesResources(Protocol):
+    """Optional for a handler: one event handler per resource it wants events of, instead of
+    being itself the handler of the primary's events (a controller's ``For``/``Owns``/
+    ``Watches``). Asked once, after construction."""
+
+    def resource_handlers(self) -> Mapping[str, ResourceEventHandler]: ...
+
+
+@runtime_checkable
+class ShardAware(Protocol):
+    """Optional for a handler that does work of its own per key after its events returned (a
+    controller's reconciles), so that the work follows shard ownership: two processors never
+    work on one key at once, and a new owner starts from the old owner's expectations.
+
+    Shard numbers are the co-sharded group's: shard *i* of every co-sharded resource moves
+    together. ``shards_acquired`` comes before the shards' events are delivered;
+    ``shards_leaving`` when the shards are about to go (no new work may start for their keys:
+    it must not block); ``wait_shards_idle`` after their events stopped and before the leases
+    are released: it returns once no work for their keys runs, or ``False`` after ``timeout``.
+    """
+
+    def shards_acquired(self, shards: Sequence[int]) -> None: ...
+
+    def shards_leaving(self, shards: Sequence[int]) -> None: ...
+
+    def wait_shards_idle(self, shards: Sequence[int], timeout: float) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """One write a reconcile made and the cache must show before the key is reconciled again:
+    ``version`` (``""``: the object must be gone) of ``object_key`` in ``resource``, until
+    ``deadline`` (unix seconds, so that another process can honour it)."""
+
+    resource: str
+    object_key: str
+    version: str
+    deadline: float
+
+
+class ExpectationStore(Protocol):
+    """Where a controller keeps the unmet expectations of its keys beyond its own process: the
+    shard's next owner loads them (``processor_svc.write_barrier``; in Redis, one hash per
+    primary shard). Keyed by the shard of the queue key (a primary's key)."""
+
+    def save(self, shard: int, key: str, expectations: Sequence[Expectation]) -> None:
+        """Record ``key``'s expectations (replacing what it had); an empty sequence forgets."""
+        ...
+
+    def load(self, shard: int) -> dict[str, list[Expectation]]:
+        """Every key's recorded expectations in ``shard``."""
+        ...
 
 
 @dataclass(frozen=True)
 class HandlerContext:
     """What a handler factory receives: everything a handler needs and cannot import.
 
-    ``lister`` is the read-only view over the owned shards (objects are shared: never mutate
-    them). ``workqueue_factory(name)`` makes a rate-limiting queue whose metrics carry ``name``.
-    ``settings`` is the processor's settings object; ``resource`` the resource id (``pods``,
-    ``deployments.apps``) the handler is loaded for.
+    ``lister`` is the read-only view over the owned shards of the processor's primary resource
+    (objects are shared: never mutate them); ``listers`` has one for every resource the
+    processor serves, the primary's included (:meth:`lister_for`). ``workqueue_factory(name)``
+    makes a rate-limiting queue whose metrics carry ``name``. ``settings`` is the processor's
+    settings object; ``resource`` the primary resource id (``pods``, ``deployments.apps``).
+
+    Filled in by the processor once it knows them (tests may leave the defaults):
+    ``layouts(resource)`` is what the resource's reflector recorded (kind, scope, shard key;
+    ``None`` before it is known), ``key_synced(key)`` whether the caches that can hold the
+    primary with key ``key`` and what is co-sharded with it are loaded, ``expectations`` where
+    controllers persist their write expectations.
     """
 
     lister: Lister
@@ -152,6 +248,48 @@ class HandlerContext:
     logger: logging.Logger
     settings: object
     resource: str
+    listers: Mapping[str, Lister] = field(default_factory=dict)
+    layouts: Callable[[str], ResourceLayout | None] = _no_layout
+    key_synced: Callable[[str], bool] | None = None
+    expectations: ExpectationStore | None = None
+
+    def lister_for(self, resource: str) -> Lister:
+        """The lister of ``resource``; ``KeyError`` (saying how to serve it) if it is not one
+        of this processor's resources."""
+        if resource == self.resource:
+            return self.lister
+        try:
+            return self.listers[resource]
+        except KeyError:
+            served = ", ".join(sorted({self.resource, *self.listers})) or "none"
+            raise KeyError(
+                f"resource {resource!r} is not served by this processor (it serves {served}): "
+                f"give it --resource {resource}, or declare it in the controller"
+            ) from None
+
+    def all_listers(self) -> dict[str, Lister]:
+        """Every served resource's lister, the primary's first."""
+        return {self.resource: self.lister, **self.listers}
+
+    def wait_for_cache_sync(
+        self, timeout: float | None = None, stop: threading.Event | None = None
+    ) -> bool:
+        """Block until every served resource's cache is synced (client-go's
+        ``WaitForCacheSync`` over all informers of a factory); ``False`` if ``timeout`` passes
+        or ``stop`` is set first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for lister in self.all_listers().values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not lister.wait_for_cache_sync(left, stop):
+                return False
+        return True
+
+    def synced_for(self, key: str) -> bool:
+        """Whether the caches holding the primary ``key`` and what is co-sharded with it are
+        loaded (without a processor's answer: whether every cache is)."""
+        if self.key_synced is not None:
+            return self.key_synced(key)
+        return all(lister.has_synced() for lister in self.all_listers().values())
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ no lister lock at all; they read an immutable tuple that ``attach``/``detach`` r
 from __future__ import annotations
 
 import builtins  # ``builtins.list`` in annotations: ShardedLister.list shadows it in the class
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -81,6 +82,12 @@ class ShardedLister:
         if shard_count is not None and shard_count < 1:
             raise ValueError(f"shard_count must be >= 1, got {shard_count}")
         self._shard_count = shard_count
+        # key -> its shard, when a key alone tells (the resource is sharded by object key, the
+        # default, or by namespace); None when only the object does (owner, label): lookups by
+        # key then ask every attached store.
+        self._shard_of_key: Callable[[str], int | None] | None = (
+            None if shard_count is None else functools.partial(_shard_by_key, count=shard_count)
+        )
         self._base_indexers: dict[str, IndexFunc] = (
             {NAMESPACE_INDEX: meta_namespace_index_func} if indexers is None else dict(indexers)
         )
@@ -104,6 +111,13 @@ class ShardedLister:
     @property
     def shard_count(self) -> int | None:
         return self._shard_count
+
+    def route_keys(self, shard_of_key: Callable[[str], int | None] | None) -> None:
+        """How a key names its shard from now on: ``shard_of_key(key)`` (``None`` for a key it
+        cannot place), or ``None`` when no key does (a resource sharded by owner or label:
+        lookups by key then ask every attached store, and :meth:`owns` cannot answer). The
+        processor sets it from the reflector's layout before attaching any store."""
+        self._shard_of_key = shard_of_key
 
     def new_store(self) -> Indexer:
         """An empty store with the base indexers and every user indexer registered so far.
@@ -239,21 +253,37 @@ class ShardedLister:
 
     # --- reads (never take a lister lock) ------------------------------------------------------
 
+    def shard_of(self, key: str) -> int | None:
+        """The shard that holds (or would hold) ``key``, when the key alone tells; else
+        ``None`` (no shard count, or a resource sharded by owner or label)."""
+        route = self._shard_of_key
+        return None if route is None else route(key)
+
     def owns(self, key: str) -> bool:
-        """Whether ``key``'s shard is attached here; needs ``shard_count``.
+        """Whether ``key``'s shard is attached here; needs a key that names its shard
+        (:meth:`shard_of`), else ``ValueError``.
 
         This is how a reconcile tells "deleted" from "moved to another processor" when
         ``get_by_key`` returns ``None``.
         """
         if self._shard_count is None:
             raise ValueError("owns() needs a ShardedLister built with shard_count")
-        return shard_for(key, self._shard_count) in self._by_shard
+        shard = self.shard_of(key)
+        if shard is None:
+            raise ValueError(
+                f"owns({key!r}): this resource is sharded by something its keys do not name "
+                "(an owner or a label), so a key alone cannot tell its shard"
+            )
+        return shard in self._by_shard
 
     def get_by_key(self, key: str) -> Obj | None:
         """The object stored under ``namespace/name`` (or ``name``), or ``None``."""
-        if self._shard_count is not None:
-            store = self._by_shard.get(shard_for(key, self._shard_count))
-            return None if store is None else store.get_by_key(key)
+        route = self._shard_of_key
+        if route is not None:
+            shard = route(key)
+            if shard is not None:
+                store = self._by_shard.get(shard)
+                return None if store is None else store.get_by_key(key)
         for _, store in self._ordered:
             obj = store.get_by_key(key)
             if obj is not None:
@@ -366,3 +396,7 @@ class ShardedLister:
             return self._key_func(obj)
         except Exception:
             return "<object without a valid key>"
+
+
+def _shard_by_key(key: str, *, count: int) -> int:
+    return shard_for(key, count)

@@ -322,3 +322,26 @@ class TestSync:
         stop = threading.Event()
         stop.set()
         assert lister.wait_for_cache_sync(timeout=0, stop=stop)
+
+
+def test_a_resource_sharded_by_what_keys_do_not_name_is_looked_up_in_every_store() -> None:
+    lister = ShardedLister(4)
+    lister.route_keys(None)  # sharded by owner or label: the key does not tell the shard
+    store = lister.new_store()
+    store.add({"metadata": {"name": "c", "namespace": "shop"}})
+    lister.attach(2 if shard_for("shop/c", 4) != 2 else 3, store)  # not the key's own shard
+    assert lister.get_by_key("shop/c") is not None
+    assert lister.shard_of("shop/c") is None
+    with pytest.raises(ValueError, match="keys do not name"):
+        lister.owns("shop/c")
+
+
+def test_routing_by_namespace_finds_a_key_in_its_namespaces_shard() -> None:
+    lister = ShardedLister(4)
+    lister.route_keys(lambda key: shard_for(key.partition("/")[0], 4))
+    store = lister.new_store()
+    store.add({"metadata": {"name": "c", "namespace": "shop"}})
+    lister.attach(shard_for("shop", 4), store)
+    assert lister.shard_of("shop/c") == shard_for("shop", 4)
+    assert lister.owns("shop/c")
+    assert lister.get_by_key("shop/c") is not None
