@@ -348,13 +348,18 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return node
 
 
-def lease_client_for(url: str, *, timing: LeaseTiming, **kwargs: Any) -> redis.Redis:
+def lease_client_for(
+    url: str, *, timing: LeaseTiming, calls_per_renewal: int = 1, **kwargs: Any
+) -> redis.Redis:
     """A :func:`lease_client` whose calls always end between the renew deadline and the lease
     expiry (a call takes up to about ``2 * timeout``), so a holder that gives up at its
-    deadline never still writes after someone else could have taken the lease. ``kwargs``
-    (credentials, TLS: ``connection_kwargs``) go to :func:`lease_client`."""
+    deadline never still writes after someone else could have taken the lease.
+    ``calls_per_renewal``: how many calls one renewal makes one after the other (a processor
+    owning shard *N* of several co-sharded resources renews one lease per resource), which
+    share the margin. ``kwargs`` (credentials, TLS: ``connection_kwargs``) go to
+    :func:`lease_client`."""
     margin = timing.lease_duration - timing.renew_deadline  # > 0: LeaseTiming's rule
-    return lease_client(url, timeout=min(2.0, margin / 2.5), **kwargs)
+    return lease_client(url, timeout=min(2.0, margin / (2.5 * max(1, calls_per_renewal))), **kwargs)
 
 
 def lease_client(

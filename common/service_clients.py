@@ -17,15 +17,17 @@ __all__ = ["service_clients"]
 
 
 def service_clients(
-    redis_connection: RedisConnection, lease: LeaseTiming
+    redis_connection: RedisConnection, lease: LeaseTiming, *, calls_per_renewal: int = 1
 ) -> tuple[redis.Redis, redis.Redis]:
-    """``(command client, lease client)`` for a service with these settings."""
+    """``(command client, lease client)`` for a service with these settings; a renewal of the
+    service's leases makes ``calls_per_renewal`` calls (:func:`lease_client_for`)."""
     commands = connect(
         redis_connection, socket_timeout=30, socket_connect_timeout=5, health_check_interval=15
     )
     leases = lease_client_for(
         redis_connection.url,
         timing=lease,
+        calls_per_renewal=calls_per_renewal,
         cluster=redis_connection.cluster,
         **connection_kwargs(redis_connection),
     )

@@ -39,6 +39,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import redis
 
@@ -48,11 +49,35 @@ from common.redis_layout import LEASE_HOLDER, PROCESSOR_GROUP, ResourceKeys
 from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
+from processor_svc.lease_group import LeaseGroup
 from processor_svc.membership import Membership, decode_members
 
-__all__ = ["ShardOwnership"]
+__all__ = ["ShardLease", "ShardOwnership"]
 
 log = logging.getLogger(__name__)
+
+
+class ShardLease(Protocol):
+    """What the coordinator needs of a shard's lease: a :class:`~common.lease.RedisLease`, or a
+    :class:`~processor_svc.lease_group.LeaseGroup` for several co-sharded resources."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def holder(self) -> str: ...
+
+    @property
+    def duration(self) -> float: ...
+
+    @property
+    def max_call_seconds(self) -> float: ...
+
+    def try_acquire_or_renew(self) -> LeaseStatus: ...
+
+    def renew(self, epoch: int) -> LeaseStatus: ...
+
+    def release(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -107,6 +132,10 @@ class ShardOwnership:
 
     ``group`` is the consumer group (one application on the watch): its members, leases and
     epochs are its own, so groups assign and take over shards without ever meeting.
+    ``co_sharded`` names further resources whose shards are owned with ``resource``'s: shard
+    *N* is then the :class:`~processor_svc.lease_group.LeaseGroup` of every one's shard *N*
+    lease (acquired, renewed and lost together; :meth:`epochs`), and the members are
+    ``resource``'s.
 
     ``timing`` and ``membership`` (:mod:`common.settings`, which check their own rules) give the
     lease and heartbeat periods; raises ``ValueError`` unless ``shard_count >= 1``.
@@ -133,12 +162,12 @@ class ShardOwnership:
         clock: Clock | None = None,
         log_interval: float = 30.0,
         group: str = PROCESSOR_GROUP,
+        co_sharded: Sequence[str] = (),
     ) -> None:
         if type(shard_count) is not int or shard_count < 1:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
         timing = timing if timing is not None else LeaseTiming()
         membership = membership if membership is not None else MembershipTiming()
-        keys = ResourceKeys(prefix, resource).group(group)
         self._resource = resource
         self._member_id = member_id
         self._shard_count = shard_count
@@ -150,14 +179,23 @@ class ShardOwnership:
             ttl=membership.member_ttl,
             group=group,
         )
-        self._leases = [
-            RedisLease(
+        resources = (resource, *(r for r in co_sharded if r != resource))
+        self._resources = resources
+
+        def lease(of: str, shard: int) -> RedisLease:
+            keys = ResourceKeys(prefix, of).group(group).shard(shard)
+            return RedisLease(
                 client,
-                key=keys.shard(shard).lease,
-                epoch_key=keys.shard(shard).lease_epoch,
+                key=keys.lease,
+                epoch_key=keys.lease_epoch,
                 holder=member_id,
                 duration=timing.lease_duration,
             )
+
+        self._leases: list[ShardLease] = [
+            lease(resource, shard)
+            if len(resources) == 1
+            else LeaseGroup([(of, lease(of, shard)) for of in resources])
             for shard in range(shard_count)
         ]
         warn_if_calls_outlast_the_margin(self._leases[0], timing.renew_deadline, "shard owner")
@@ -224,6 +262,16 @@ class ShardOwnership:
         """The shards we own now, with the epoch (fencing token) of each ownership."""
         with self._cond:
             return {shard: owned.epoch for shard, owned in sorted(self._owned.items())}
+
+    def epochs(self, shard: int, epoch: int) -> dict[str, int]:
+        """Each co-sharded resource's fencing epoch for the ownership of ``shard`` that
+        ``on_acquired(shard, epoch)`` announced: ``{resource: epoch}`` with one resource, the
+        group's per-resource epochs with several (:class:`~processor_svc.lease_group.LeaseGroup`).
+        Call it from ``on_acquired``, on the coordinator thread."""
+        lease = self._leases[shard]
+        if isinstance(lease, LeaseGroup):
+            return lease.epochs()
+        return {self._resource: epoch}
 
     def start(self) -> None:
         """Start the coordinator thread. Raises ``RuntimeError`` if started or stopped before."""
