@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from common.handlers import ResourceEventHandler
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
@@ -42,6 +42,8 @@ __all__ = [
     "DispatcherClosedError",
     "HandlerDispatcher",
     "Notification",
+    "NotificationCollector",
+    "NotificationSink",
     "UpdateNotification",
 ]
 
@@ -121,6 +123,46 @@ _BARRIER: Final = _Barrier()
 _Item: TypeAlias = tuple["Notification | _Barrier", "AckToken | None", "threading.Event | None"]
 """A notification, the ack token it holds, and its shard worker's stop event: once that is
 set, the notification is skipped instead of applied (see :meth:`HandlerDispatcher.wait_quiet`)."""
+
+
+class NotificationSink(Protocol):
+    """Where collected notifications go (a :class:`HandlerDispatcher`)."""
+
+    def deliver_all(
+        self,
+        notifications: Sequence[tuple[Notification, AckToken | None]],
+        *,
+        cancel: threading.Event | None = None,
+    ) -> bool: ...
+
+
+class NotificationCollector:
+    """The ``process_deltas`` handler of a shard's reader: collects each callback as a
+    notification carrying the current entry's token; :meth:`flush` hands a whole read batch to
+    the sink at once (one hand-off per batch, not per notification)."""
+
+    __slots__ = ("_cancel", "_sink", "pending", "token")
+
+    def __init__(self, sink: NotificationSink, cancel: threading.Event) -> None:
+        self._sink = sink
+        self._cancel = cancel
+        self.token: AckToken | None = None
+        self.pending: list[tuple[Notification, AckToken | None]] = []
+
+    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.pending.append((UpdateNotification(old, new), self.token))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.pending.append((DeleteNotification(obj), self.token))
+
+    def flush(self) -> bool:
+        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
+        (the collected entries' tokens then never complete)."""
+        pending, self.pending = self.pending, []
+        return self._sink.deliver_all(pending, cancel=self._cancel)
 
 
 # --- the dispatcher ------------------------------------------------------------------------------

@@ -49,7 +49,6 @@ from redis.exceptions import ResponseError
 from common.backoff import Backoff
 from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
-from common.keys import DeletedFinalStateUnknown, Obj
 from common.redis_layout import GroupShardKeys
 from common.runtime import release_free_heap
 from common.wire import (
@@ -61,13 +60,7 @@ from common.wire import (
 )
 from processor_svc.ack_tracker import AckToken, AckTracker
 from processor_svc.blocking_read import BlockingRead
-from processor_svc.dispatch import (
-    AddNotification,
-    DeleteNotification,
-    DispatcherClosedError,
-    Notification,
-    UpdateNotification,
-)
+from processor_svc.dispatch import DispatcherClosedError, NotificationCollector
 from processor_svc.fenced_stream import (
     DeadLetter,
     FencedStream,
@@ -78,6 +71,7 @@ from processor_svc.fenced_stream import (
     raw_of,
 )
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
+from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore, keeps_envelopes
 from processor_svc.takeover import Commit, InitialListSink, Takeover
 from processor_svc.view import GroupView, Routed
@@ -101,34 +95,6 @@ class NotificationSink(InitialListSink, Protocol):
     def wait_quiet(self, cancel: threading.Event, timeout: float) -> bool: ...
 
     def wake(self) -> None: ...
-
-
-class _Forwarder:
-    """The ``process_deltas`` handler: collects each callback as a notification carrying the
-    current entry's token; :meth:`flush` hands a whole read batch to the sink at once."""
-
-    __slots__ = ("_cancel", "_sink", "pending", "token")
-
-    def __init__(self, sink: NotificationSink, cancel: threading.Event) -> None:
-        self._sink = sink
-        self._cancel = cancel
-        self.token: AckToken | None = None
-        self.pending: list[tuple[Notification, AckToken | None]] = []
-
-    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self.pending.append((UpdateNotification(old, new), self.token))
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.pending.append((DeleteNotification(obj), self.token))
-
-    def flush(self) -> bool:
-        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
-        (the collected entries' tokens then never complete)."""
-        pending, self.pending = self.pending, []
-        return self._sink.deliver_all(pending, cancel=self._cancel)
 
 
 class ShardWorker:
@@ -162,6 +128,7 @@ class ShardWorker:
         max_entry_bytes: int = DEFAULT_MAX_BYTES,
         backoff: Backoff | None = None,
         view: GroupView | None = None,
+        moves: MoveGate | None = None,
     ) -> None:
         if keys.shard != shard:
             raise ValueError(f"keys are for shard {keys.shard}, not {shard}")
@@ -180,6 +147,7 @@ class ShardWorker:
         self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
         # A view that keeps everything as it is costs nothing: the worker skips it.
         self._view = None if view is None or view.is_identity else view
+        self._moves = moves
         self._backoff = backoff if backoff is not None else Backoff()
 
         self._metrics = metrics
@@ -194,13 +162,14 @@ class ShardWorker:
         self._thread = threading.Thread(
             target=self._run, name=f"shard-worker[{resource}:{shard}]", daemon=False
         )
-        self._forwarder = _Forwarder(dispatcher, self._stop)
+        self._forwarder = NotificationCollector(dispatcher, self._stop)
         self._takeovers = Takeover(
             self._stream,
             max_entry_bytes=max_entry_bytes,
             metrics=self._m,
             name=self.name,
             view=self._view,
+            moves=moves,
         )
         self._blocking = BlockingRead(client, keys.stream, block_ms=block_ms, stop=self._stop)
 
@@ -319,6 +288,8 @@ class ShardWorker:
             log.exception("shard worker %s crashed", self.name)
             raise
         finally:
+            if self._moves is not None:
+                self._moves.stopped(self.shard)
             self._blocking.close()
             self._metrics.forget_shard(self.resource, self.shard)
 
@@ -485,6 +456,7 @@ class ShardWorker:
         # batch): a token must not complete before every handler holds it.
         queued: list[AckToken] = []
         skipped = 0
+        passed: str | None = None  # the last entry before the current one
         for raw_id, fields in entries:
             if stop.is_set():
                 return  # stopping: nothing of this batch is delivered, its entries stay pending
@@ -492,24 +464,45 @@ class ShardWorker:
             self._last_id = entry_id
             routing = self._route(entry_id, fields, tracker)
             if routing is None:
+                passed = entry_id
                 continue  # parked
             routed, packed = routing
             if routed.delta is None:  # outside the view: acknowledged with the others
                 tracker.register(entry_id).release()
                 skipped += 1
+                passed = entry_id
                 continue
+            move = routed.move
+            if move is not None and move.from_shard is not None and self._moves is not None:
+                # The incoming half of a move: the outgoing half first, if it is ours too.
+                if not self._hand_over(queued, passed):
+                    return
+                queued = []
+                if not self._moves.wait_applied(move.from_shard, move.from_id, stop):
+                    return
             token = tracker.register(entry_id)
             forwarder.token = token
             queued.append(token)
             if self._applied(entry_id, fields, routed.delta, routed.key, packed):
                 applied[routed.type] += 1
                 observed_at.append(routed.observed_at)
+            passed = entry_id
         if skipped:
             self._m.skipped.inc(skipped)
-        if not forwarder.flush():
+        if not self._hand_over(queued, passed):
             return  # stopping: the tokens never complete, the entries stay pending
+
+    def _hand_over(self, queued: list[AckToken], passed: str | None) -> bool:
+        """Hand what was applied so far to the handlers, release the entries' own holds, and
+        advance this shard's move position to ``passed``; ``False`` when the shard stopped
+        while waiting for room (the tokens then never complete)."""
+        if not self._forwarder.flush():
+            return False
         for token in queued:
             token.release()
+        if self._moves is not None and passed is not None:
+            self._moves.advance(self.shard, passed)
+        return True
 
     def _route(
         self, entry_id: str, fields: Any, tracker: AckTracker
@@ -530,7 +523,12 @@ class ShardWorker:
             else:
                 assert envelope is not None
                 routed = Routed(
-                    envelope.to_delta(), envelope.key, envelope.type, envelope.observed_at, True
+                    envelope.to_delta(),
+                    envelope.key,
+                    envelope.type,
+                    envelope.observed_at,
+                    True,
+                    envelope.move,
                 )
         except WireDecodeError as err:
             self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))

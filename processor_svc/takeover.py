@@ -54,6 +54,7 @@ from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
 from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
 from processor_svc.metrics import ShardMetrics
+from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore, keeps_envelopes
 from processor_svc.view import GroupView
 
@@ -133,10 +134,12 @@ class Takeover:
         metrics: ShardMetrics,
         name: str,
         view: GroupView | None = None,
+        moves: MoveGate | None = None,
     ) -> None:
         self._fence, self._client, self._keys = fence, fence.client, fence.keys
         self._max_bytes = max_entry_bytes
         self._view = view
+        self._moves = moves
         self._m = metrics
         self.name = name
 
@@ -150,25 +153,47 @@ class Takeover:
         """Load the snapshot into ``store`` and deliver the initial list to ``sink``, then a
         barrier whose token calls ``on_synced`` once every handler processed it. Returns the
         commit to run after that, or ``None`` when ``cancel`` was set on the way."""
+        moves, shard = self._moves, self._keys.shard
+        if moves is not None:
+            moves.reading(shard)
         view = self._read_shard()
         dead: list[DeadLetter] = []
+        # A snapshot object another shard of this process still holds moved here and that
+        # shard has not applied its outgoing half yet: it is loaded once that shard let go.
+        contested: dict[bytes, bytes] = {}
+        if moves is not None:
+            objects = {}
+            for field, value in view.objects.items():
+                if moves.held_elsewhere(field.decode(errors="replace"), shard):
+                    contested[field] = value
+                else:
+                    objects[field] = value
+            view = dataclasses.replace(view, objects=objects)
         loaded = self._load_snapshot(store, view.objects, dead)
-        deletions = self._unacked_deletions(view, set(loaded), dead)
+        in_snapshot = set(loaded).union(field.decode(errors="replace") for field in contested)
+        deletions = self._unacked_deletions(view, in_snapshot, dead)
         view = dataclasses.replace(view, objects={})  # the raw snapshot is in the store now
         log.info(
             "%s: taking over at %s: %d objects, %d deletions from unacknowledged entries",
             self.name,
             view.last_id,
-            len(loaded),
+            len(loaded) + len(contested),
             len(deletions),
         )
-        self._m.store_size.set(len(store))
         initial: list[tuple[Notification, AckToken | None]] = [
             (DeleteNotification(envelope.to_delta().obj), None) for envelope in deletions
         ]
         if not sink.deliver_all(initial, cancel=cancel):
             return None
         del initial
+        if moves is not None:
+            # Every outgoing half up to L is applied here now (or was before this takeover).
+            moves.advance(shard, view.last_id)
+            for field in contested:
+                if not moves.wait_released(field.decode(errors="replace"), shard, cancel):
+                    return None
+            loaded += self._load_snapshot(store, contested, dead, replace=False)
+        self._m.store_size.set(len(store))
         # The initial list is read back from the store a chunk at a time, so a compact store
         # never has every object decoded at once: the handler buffers bound what is.
         for start in range(0, len(loaded), _INITIAL_LIST_CHUNK):
@@ -226,13 +251,20 @@ class Takeover:
         )
 
     def _load_snapshot(
-        self, store: ShardStore, objects: Mapping[bytes, bytes], dead: list[DeadLetter]
+        self,
+        store: ShardStore,
+        objects: Mapping[bytes, bytes],
+        dead: list[DeadLetter],
+        *,
+        replace: bool = True,
     ) -> list[str]:
-        """Load the ``objects`` hash into the emptied store, one object at a time, each with the
-        envelope it came in (a compact store keeps that, nothing else); corrupt envelopes and
-        objects the store refuses become dead letters. Returns the keys loaded, in order."""
+        """Load the ``objects`` hash into the store (emptied first unless not ``replace``), one
+        object at a time, each with the envelope it came in (a compact store keeps that,
+        nothing else); corrupt envelopes and objects the store refuses become dead letters.
+        Returns the keys loaded, in order."""
         keep_packed = keeps_envelopes(store)
-        store.replace((), "")
+        if replace:
+            store.replace((), "")
         loaded: list[str] = []
         view = self._view
         for field, value in objects.items():

@@ -29,7 +29,7 @@ from common.keys import DeletedFinalStateUnknown, Obj
 from common.projection import Projection
 from common.selectable_fields import field_values, supported_fields
 from common.selectors import FieldSelector, LabelSelector
-from common.wire import EntryHeader, decode_header, decode_object
+from common.wire import EntryHeader, Move, decode_header, decode_object
 
 __all__ = ["GroupView", "HeldObjects", "Routed"]
 
@@ -56,6 +56,8 @@ class Routed(NamedTuple):
     packed_as_is: bool
     """``delta`` carries the entry's object unchanged (a store that keeps entries may keep
     these bytes); ``False`` once it was projected or replaced by the stored state."""
+    move: Move | None = None
+    """The entry is half of a move between shards (:class:`common.wire.Move`)."""
 
 
 class GroupView:
@@ -167,7 +169,9 @@ class GroupView:
             deleted = DeltaType.DELETED
             return Routed(Delta(deleted, held), key, deleted, observed_at, False)
         kept = self.project(obj)
-        return Routed(Delta(delta_type, kept), key, delta_type, observed_at, kept is obj)
+        return Routed(
+            Delta(delta_type, kept), key, delta_type, observed_at, kept is obj, header.move
+        )
 
     def selected_object(self, header: EntryHeader, data: bytes) -> Obj | None:
         """The entry's object if the view selects it, else ``None``; parsed only when the
