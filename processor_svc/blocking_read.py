@@ -75,19 +75,30 @@ class BlockingRead:
         """Block until the stream has an entry after ``after_id``, or ``block_ms`` passed, or
         :meth:`interrupt`; returns at once when the stop event is set. Raises
         ``redis.RedisError`` (the connection is then closed, the next wait makes a new one)."""
+        self.read(after_id, 1, block_ms)
+
+    def read(self, after_id: str, count: int, block_ms: int) -> list[Any]:
+        """Up to ``count`` entries after ``after_id`` (``[(id, fields), ...]``), waiting as
+        :meth:`wait` does when there are none: for a reader outside any consumer group (a
+        replicated resource), whose read changes nothing and needs no fencing."""
         with self._lock:
             if self._stop.is_set():
-                return
+                return []
             self._blocking = True
         try:
             client = self._connection()
-            client.xread({self._stream: after_id}, count=1, block=block_ms)
+            reply: Any = client.xread({self._stream: after_id}, count=count, block=block_ms)
         except redis.RedisError:
             self.close()
             raise
         finally:
             with self._lock:
                 self._blocking = False
+        if not reply:
+            return []
+        if isinstance(reply, dict):  # RESP3: {stream: [entries]}
+            return list(next(iter(reply.values()))[0]) if reply else []
+        return list(reply[0][1])
 
     def interrupt(self, worker: threading.Thread) -> None:
         """End a blocking ``XREAD`` now with ``CLIENT UNBLOCK`` instead of waiting ``block_ms``.

@@ -43,6 +43,8 @@ _HELP: Final = {
     "(their deletions could not be delivered)",
     "redis_errors": "failed Redis calls of a shard worker (retried with backoff)",
     "ownership_lost": "fenced scripts refused because the shard lease names someone else",
+    "replica_bad_entries": "entries or snapshot objects of a replicated resource's shard that "
+    "could not be decoded or applied (logged and skipped: a replica parks nothing)",
     # per handler
     "handler_errors": "handler calls that raised (logged with the object key, never fatal)",
     "handler_latency_seconds": "time one handler call took",
@@ -87,6 +89,7 @@ class ProcessorMetrics:
         self.takeover_gaps = counter("takeover_gaps", "shard")
         self.redis_errors = counter("redis_errors", "shard")
         self.ownership_lost = counter("ownership_lost", "shard")
+        self.replica_bad_entries = counter("replica_bad_entries", "shard")
         # --- per handler -------------------------------------------------------------------
         self.handler_errors = counter("handler_errors", "handler")
         latency = "handler_latency_seconds"
