@@ -43,6 +43,7 @@ from common.keys import Obj
 from common.plugins import PluginError, load_plugin
 from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter
+from common.resource_ids import check_resource_id
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
 from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
@@ -62,6 +63,7 @@ __all__ = [
     "Startable",
     "Stoppable",
     "WorkqueueFactory",
+    "declared_resources",
     "load_handler",
     "load_handlers",
     "make_workqueue_factory",
@@ -294,15 +296,19 @@ class HandlerContext:
 
 @dataclass(frozen=True)
 class HandlerSpec:
-    """A parsed ``module:attr[@period]``: what to load and how often to resync it."""
+    """A parsed ``[resource=]module:attr[@period]``: what to load, for which resource's events,
+    and how often to resync it."""
 
     reference: str
     resync_period: float | None = None
+    resource: str | None = None
+    """The resource whose events the handler gets; ``None``: the processor's primary."""
 
     @property
     def name(self) -> str:
-        """The handler's name everywhere else: its reference without the resync suffix."""
-        return self.reference
+        """The handler's name everywhere else (logs, the ``handler`` metric label): its
+        reference without the resync suffix, behind its resource when one was given."""
+        return self.reference if self.resource is None else f"{self.resource}={self.reference}"
 
 
 @dataclass(frozen=True)
@@ -336,21 +342,57 @@ def parse_duration(text: str) -> float:
 
 
 def parse_handler_spec(text: str) -> HandlerSpec:
-    """Split ``module:attr@30s`` into the reference and the resync period (``None``: no resync)."""
-    reference, sep, period_text = text.strip().rpartition("@")
+    """Split ``configmaps=module:attr@30s`` into the resource (``None`` when not given), the
+    reference and the resync period (``None``: no resync). The resource comes first because a
+    resource id may hold an ``@`` of its own (``widgets.example.com@shop``); a module path never
+    holds a ``=``."""
+    stripped = text.strip()
+    head, equals, rest = stripped.partition("=")
+    resource: str | None = None
+    if equals:
+        try:
+            resource = check_resource_id(head)
+        except ValueError as exc:
+            raise HandlerLoadError(f"handler {stripped!r}: {exc}") from None
+    else:
+        rest = stripped
+    reference, sep, period_text = rest.rpartition("@")
     if not sep:
-        return HandlerSpec(text.strip())
+        return HandlerSpec(rest, None, resource)
     try:
         period = parse_duration(period_text)
     except ValueError as exc:
-        raise HandlerLoadError(f"handler {text.strip()!r}: bad resync period: {exc}") from None
+        raise HandlerLoadError(f"handler {stripped!r}: bad resync period: {exc}") from None
     try:
-        return HandlerSpec(reference, checked_resync_period(period))
+        return HandlerSpec(reference, checked_resync_period(period), resource)
     except ResyncPeriodError:
         raise HandlerLoadError(
-            f"handler {text.strip()!r}: resync period {period_text!r} is below the minimum "
+            f"handler {stripped!r}: resync period {period_text!r} is below the minimum "
             f"of {MIN_RESYNC_PERIOD:g}s (use @0 for no resync)"
         ) from None
+
+
+def declared_resources(reference: str) -> tuple[ResourceUse, ...]:
+    """The resources the handler class ``reference`` names declares (:class:`DeclaresResources`),
+    ``()`` for any other handler; asked before anything is constructed. Raises
+    :class:`HandlerLoadError` (one line) when the reference cannot be imported or the
+    declarations cannot be read."""
+    ref = parse_handler_spec(reference).reference
+    try:
+        target: Any = load_plugin(ref)
+    except PluginError as exc:
+        raise HandlerLoadError(f"handler {ref!r}: {_one_line(exc)}") from None
+    if not (isinstance(target, type) and isinstance(target, DeclaresResources)):
+        return ()
+    try:
+        uses = tuple(target.declared_resources())
+        for use in uses:
+            check_resource_id(use.resource)
+    except Exception as exc:
+        raise HandlerLoadError(
+            f"handler {ref!r}: its declared resources are unusable: {_one_line(exc)}"
+        ) from None
+    return uses
 
 
 def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandler:

@@ -290,6 +290,13 @@ class ShardedLister:
                 return obj
         return None
 
+    def holds_elsewhere(self, key: str, shard: int) -> bool:
+        """Whether an attached store other than ``shard``'s holds ``key`` (an object moving
+        between two shards of this process: :mod:`processor_svc.move_gate`)."""
+        return any(
+            other != shard and store.get_by_key(key) is not None for other, store in self._ordered
+        )
+
     def get(self, namespace_or_key: str, name: str | None = None) -> Obj | None:
         """``get("ns/name")``, ``get("ns", "name")``, or ``get("name")`` if cluster-scoped."""
         if name is None:

@@ -1,19 +1,26 @@
-"""One processor process: membership, shard ownership, shard workers, handlers, probes.
+"""One processor process: its resources, shard ownership, shard workers, handlers, probes.
 
-The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shards this
-process owns; for each acquired shard a :class:`~processor_svc.shard_worker.ShardWorker` takes
-it over into its own Indexer (attached to the shared :class:`~processor_svc.lister.ShardedLister`)
-and applies its stream, fanning notifications out through one
-:class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced shard's worker stops
-(acknowledging what the handlers finished) before its lease is released, so two processors
-never apply one shard at once.
+A processor serves a set of resources (:mod:`processor_svc.resource_plan`): the *co-sharded*
+ones, whose shard *N* it owns together (a Widget's shard with the shard of the same number of
+the ConfigMaps it owns, when the reflector shards them alike), and the *replicated* ones, every
+shard of which every member reads (:mod:`processor_svc.replica_reader`).
 
-**Waiting for a reflector**: a processor may start before the reflector of its resource (deploy
-order is free), or for a resource no reflector publishes (``pod`` for ``pods``). Empty shard
-streams would then look like a resource without objects, so the processor takes no shard, writes
-no shard key and is not ready until a reflector has completed a list into every shard
-(:mod:`common.publication`). Meanwhile it heartbeats into the membership, so ``status`` shows it
-waiting; one warning names the resource, the key prefix and Redis; ``/readyz`` gives the reason.
+The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shard numbers
+this process owns, with one lease per co-sharded resource held together
+(:mod:`processor_svc.lease_group`); for each acquired number a
+:class:`~processor_svc.shard_worker.ShardWorker` per co-sharded resource takes its shard over
+into its own Indexer (attached to that resource's :class:`~processor_svc.lister.ShardedLister`)
+and applies its stream, fanning notifications out through that resource's
+:class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced number's workers stop
+(acknowledging what the handlers finished), and the handlers that do work of their own per key
+(:class:`~processor_svc.handlers.ShardAware`: a controller's reconciles) finish it, before the
+leases are released, so two processors never apply one shard, nor reconcile one key, at once.
+
+**Waiting for the reflectors** (:mod:`processor_svc.publication_gate`): no shard is taken before
+a reflector has completed a list into every shard of every resource. What the reflectors
+recorded of their resources (:class:`~common.publication.ResourceLayout`) then says how each
+lister finds a key's shard and whether objects can move between shards (a
+:class:`~processor_svc.move_gate.MoveGate` per such resource).
 
 Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
 running finish within the grace period, acknowledge what completed, release every lease at once
@@ -24,6 +31,7 @@ unacknowledged and the next owner delivers them, so old and new owners never ove
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -36,28 +44,32 @@ from common.handlers import ResourceEventHandler
 from common.lease import unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
-from common.publication import Publication, read_publication
-from common.redis_config import redacted_url
-from common.redis_layout import (
-    CHECKPOINT_SYNCED_RV,
-    GroupShardKeys,
-    ShardKeys,
-)
+from common.publication import ResourceLayout
+from common.redis_layout import GroupShardKeys, ShardKeys
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
-from processor_svc.fenced_stream import as_text
 from processor_svc.handlers import (
+    DeclaresResources,
     HandlerContext,
+    HandlerLoadError,
     LoadedHandler,
-    load_handlers,
+    ResourceUse,
+    ServesResources,
+    ShardAware,
+    declared_resources,
+    load_handler,
     make_workqueue_factory,
-    resync_periods,
+    parse_handler_spec,
     start_handlers,
     stop_handlers,
 )
 from processor_svc.lister import ShardedLister
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.move_gate import MoveGate
 from processor_svc.ownership import ShardOwnership
+from processor_svc.publication_gate import PublicationGate
+from processor_svc.replica_reader import ReplicaReader
+from processor_svc.resource_plan import plan_resources
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard_worker import ShardWorker
 
@@ -66,11 +78,6 @@ __all__ = ["ProcessorService"]
 log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
-_PUBLICATION_POLL = 0.5
-"""Seconds between two looks for the reflector's first list while waiting for it (shorter when
-the heartbeat interval is: each look also heartbeats)."""
-_REDIS_LOG_INTERVAL = 30.0
-"""While Redis is unreachable before the first list, one warning per this many seconds."""
 
 
 class ProcessorService:
@@ -84,49 +91,134 @@ class ProcessorService:
         extra_handlers: Sequence[tuple[str, ResourceEventHandler]] = (),
     ) -> None:
         """``extra_handlers`` are handler objects given in Python (embedding, tests), used
-        beside the ``--handler`` references of ``settings``."""
+        beside the ``--handler`` references of ``settings``, with the primary's events (or the
+        resources they serve, :class:`~processor_svc.handlers.ServesResources`)."""
         self.settings = settings
-        self.resource = settings.resource
         self.registry = registry or CollectorRegistry()
         self.group = settings.group
-        self.view = settings.view()
         self.metrics = ProcessorMetrics(self.registry, settings.group)
         self.member_id = unique_holder(settings.member_id)
+        self._plan(extra_handlers)
         # Blocking stream reads get their own connections inside the workers (socket timeout
-        # above the BLOCK time); this client serves the short commands.
-        self.redis, self.lease_redis = service_clients(settings.redis, settings.lease)
-        self.lister = ShardedLister(settings.shard_count, compact=settings.compact_cache)
-        context = HandlerContext(
-            lister=self.lister,
-            workqueue_factory=make_workqueue_factory(PrometheusMetricsProvider(self.registry)),
-            logger=logging.getLogger(f"processor_svc.handlers.{self.resource}"),
-            settings=settings,
-            resource=self.resource,
+        # above the BLOCK time); this client serves the short commands. A renewal renews one
+        # lease per co-sharded resource.
+        self.redis, self.lease_redis = service_clients(
+            settings.redis, settings.lease, calls_per_renewal=len(self.plan.co_sharded)
         )
         try:
-            self.handlers: list[LoadedHandler] = load_handlers(settings.handler, context)
+            self._build(extra_handlers)
         except BaseException:
             self._close_clients()
             raise
-        named = [(h.name, h.handler) for h in self.handlers] + list(extra_handlers)
-        # The handler objects themselves (not their LoadedHandler records): a controller's
-        # workers start and stop with the processor.
-        self._handler_objects = [handler for _, handler in named]
-        if not named:
-            self._close_clients()
-            raise ValueError("no handler: give at least one --handler MODULE:ATTR")
-        self.dispatcher = HandlerDispatcher(
-            named,
-            buffer_size=settings.buffer_size,
-            metrics=self.metrics,
-            resource=self.resource,
-            resync_periods=resync_periods(self.handlers),
-            lister=self.lister.list,
+        self._published = threading.Event()
+        self._ownership_lock = threading.Lock()
+        self._ownership_started = False
+        self._gate_thread = threading.Thread(
+            target=self._wait_for_publication, name=f"processor-publication[{self.resource}]"
         )
+        self._units: dict[int, dict[str, ShardWorker]] = {}
+        self._replicas: list[ReplicaReader] = []
+        self._workers_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name=f"processor-supervisor[{self.resource}]"
+        )
+        self._server: ObservabilityServer | None = None
+
+    def _plan(self, extra_handlers: Sequence[tuple[str, ResourceEventHandler]]) -> None:
+        """Which resources to serve, from the flags and what the handler classes declare
+        (their modules are imported, nothing is constructed yet)."""
+        settings = self.settings
+        specs = [parse_handler_spec(text) for text in settings.handler]
+        if not specs and not extra_handlers:
+            raise ValueError("no handler: give at least one --handler MODULE:ATTR")
+        names = [spec.name for spec in specs] + [name for name, _ in extra_handlers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise HandlerLoadError(f"handler {twice[0]!r} is given more than once")
+        declared: list[tuple[str, Sequence[ResourceUse]]] = [
+            (spec.name, declared_resources(spec.reference)) for spec in specs
+        ]
+        self._specs = list(zip(specs, declared, strict=True))
+        for name, handler in extra_handlers:
+            kind: object = type(handler)
+            if isinstance(kind, DeclaresResources):
+                declared.append((name, tuple(kind.declared_resources())))
+        self.plan = plan_resources(settings.resource, settings.replicate, declared)
+        self.resource = self.plan.primary
+        """The primary resource: its members are the group's, and a handler that names no
+        resource gets its events."""
+
+    def _build(self, extra_handlers: Sequence[tuple[str, ResourceEventHandler]]) -> None:
+        settings, plan = self.settings, self.plan
+        self.views = {resource: settings.view(resource) for resource in plan.all}
+        self.listers = {
+            resource: ShardedLister(settings.shard_count, compact=settings.compact_cache)
+            for resource in plan.all
+        }
+        self.lister = self.listers[plan.primary]
+        self.layouts: dict[str, ResourceLayout] = {}
+        """What each resource's reflector recorded (filled once they have published)."""
+        self.moves: dict[str, MoveGate] = {}
+        """A move gate per resource whose objects can move between shards."""
+        workqueues = make_workqueue_factory(PrometheusMetricsProvider(self.registry))
+
+        def context_for(resource: str) -> HandlerContext:
+            return HandlerContext(
+                lister=self.listers[resource],
+                workqueue_factory=workqueues,
+                logger=logging.getLogger(f"processor_svc.handlers.{resource}"),
+                settings=settings,
+                resource=resource,
+                listers=dict(self.listers),
+                layouts=self.layouts.get,
+                key_synced=self._key_synced,
+            )
+
+        registered: dict[str, list[tuple[str, ResourceEventHandler]]] = {
+            resource: [] for resource in plan.all
+        }
+        periods: dict[str, dict[str, float]] = {resource: {} for resource in plan.all}
+        self.handlers: list[LoadedHandler] = []
+        for spec, (name, uses) in self._specs:
+            resource = spec.resource or (uses[0].resource if uses else plan.primary)
+            if resource not in registered:
+                raise HandlerLoadError(
+                    f"handler {name!r} wants the events of {resource}, which this processor "
+                    f"does not serve ({plan}): add --resource {resource} or --replicate "
+                    f"{resource}"
+                )
+            handler = load_handler(spec.reference, context_for(resource))
+            self.handlers.append(LoadedHandler(name, handler, spec.resync_period))
+            self._register(
+                name, handler, resource, spec.resync_period, registered=registered, periods=periods
+            )
+        for name, handler in extra_handlers:
+            self._register(
+                name, handler, plan.primary, None, registered=registered, periods=periods
+            )
+        # The handler objects themselves: a controller's workers start and stop with us.
+        self._handler_objects = [h.handler for h in self.handlers] + [
+            handler for _, handler in extra_handlers
+        ]
+        self._shard_aware = [h for h in self._handler_objects if isinstance(h, ShardAware)]
+        self.dispatchers = {
+            resource: HandlerDispatcher(
+                registered[resource],
+                buffer_size=settings.buffer_size,
+                metrics=self.metrics,
+                resource=resource,
+                resync_periods=periods[resource],
+                lister=self.listers[resource].list,
+            )
+            for resource in plan.all
+        }
+        self.dispatcher = self.dispatchers[plan.primary]
         self.ownership = ShardOwnership(
             self.lease_redis,
             prefix=settings.prefix,
-            resource=self.resource,
+            resource=plan.primary,
+            co_sharded=plan.co_sharded,
             shard_count=settings.shard_count,
             member_id=self.member_id,
             on_acquired=self._acquired,
@@ -136,22 +228,46 @@ class ProcessorService:
             membership=settings.membership,
             group=settings.group,
         )
-        # Heartbeated by us while waiting for the reflector, by the ownership loop afterwards.
+        # Heartbeated by the gate while waiting for the reflectors, by the ownership loop after.
         self._membership = self.ownership.membership
-        self._published = threading.Event()
-        self._waiting_for = f"looking for the reflector of {self._where()}"
-        self._ownership_lock = threading.Lock()
-        self._ownership_started = False
-        self._gate = threading.Thread(
-            target=self._wait_for_publication, name=f"processor-publication[{self.resource}]"
+        self._gate = PublicationGate(
+            self.lease_redis,
+            prefix=settings.prefix,
+            resources=plan.all,
+            subscriber_checked=plan.co_sharded,
+            group=settings.group,
+            shard_count=settings.shard_count,
+            redis_url=settings.redis.url,
+            heartbeat=self._membership.heartbeat,
+            poll=min(0.5, settings.membership.heartbeat_interval),
         )
-        self._workers: dict[int, ShardWorker] = {}
-        self._workers_lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._supervisor = threading.Thread(
-            target=self._supervise, name=f"processor-supervisor[{self.resource}]"
+
+    def _register(
+        self,
+        name: str,
+        handler: ResourceEventHandler,
+        resource: str,
+        period: float | None,
+        *,
+        registered: dict[str, list[tuple[str, ResourceEventHandler]]],
+        periods: dict[str, dict[str, float]],
+    ) -> None:
+        """Give ``handler`` the events of ``resource``, or of each resource it serves."""
+        served = (
+            dict(handler.resource_handlers())
+            if isinstance(handler, ServesResources)
+            else {resource: handler}
         )
-        self._server: ObservabilityServer | None = None
+        for target, events in served.items():
+            if target not in registered:
+                raise HandlerLoadError(
+                    f"handler {name!r} wants the events of {target}, which this processor does "
+                    f"not serve ({self.plan}): add --resource {target} or --replicate {target}"
+                )
+            label = name if target == resource else f"{name}[{target}]"
+            registered[target].append((label, events))
+            if period is not None:
+                periods[target][label] = period
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -160,15 +276,16 @@ class ProcessorService:
             self, host=self.settings.http_host, port=self.settings.http_port
         )
         start_handlers(self._handler_objects)
-        self.dispatcher.start()
-        self._gate.start()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.start()
+        self._gate_thread.start()
         self._supervisor.start()
         log.info(
             "processor %s started for %s, group %s (view: %s); metrics and probes on %s",
             self.member_id,
-            self.resource,
+            self.plan,
             self.group,
-            self.view,
+            self.views[self.resource],
             self._server.url,
         )
 
@@ -179,18 +296,24 @@ class ProcessorService:
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
-        if self._gate.is_alive():
-            self._gate.join()
+        if self._gate_thread.is_alive():
+            self._gate_thread.join()
         with self._ownership_lock:
             started = self._ownership_started
         if started:
             self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
-        elif self._gate.ident is not None:
+        elif self._gate_thread.ident is not None:
             self._leave_membership()
-        left = self.dispatcher.stop(self.settings.shutdown_grace)
-        if any(left.values()):
-            log.warning("handlers did not finish within the grace period: %s", left)
-        stop_handlers(self._handler_objects, self.settings.shutdown_grace)
+        for reader in self._replicas:
+            reader.stop()
+        grace = self.settings.shutdown_grace
+        deadline = time.monotonic() + grace
+        for resource, dispatcher in self.dispatchers.items():
+            left = dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            if any(left.values()):
+                log.warning("%s: handlers did not finish within the grace period: %s",
+                            resource, left)  # fmt: skip
+        stop_handlers(self._handler_objects, grace)
         if self._server is not None:
             self._server.stop()
         self._close_clients()
@@ -206,300 +329,255 @@ class ProcessorService:
             raise RuntimeError("the service is not started")
         return self._server.url
 
-    # --- waiting for the reflector -----------------------------------------------------------
+    # --- waiting for the reflectors ----------------------------------------------------------
 
     @property
     def published(self) -> bool:
-        """A reflector has completed a list into every shard: the shards are being taken over."""
+        """Reflectors have completed a list into every shard of every resource: the shards are
+        being taken over."""
         return self._published.is_set()
 
-    def _where(self) -> str:
-        return (
-            f"resource {self.resource!r} under key prefix {self.settings.prefix!r} in "
-            f"{redacted_url(self.settings.redis.url)}"
-        )
-
     def _wait_for_publication(self) -> None:
-        """Until every shard holds a reflector's complete list: heartbeat, look, wait. Then
-        start taking shards over. Runs on its own thread so that :meth:`start` returns at once
-        and ``/healthz`` answers while Redis or the reflector is still missing."""
-        poll = min(_PUBLICATION_POLL, self.settings.membership.heartbeat_interval)
-        warned = False
-        failures = 0
-        last_failure_log: float | None = None
-        while not self._stopping.is_set():
-            try:
-                publication = read_publication(
-                    self.lease_redis,
-                    prefix=self.settings.prefix,
-                    resource=self.resource,
-                    shard_count=self.settings.shard_count,
-                )
-                if publication.complete:
-                    self._check_shard_count(publication)
-                    subscriber = self._durable_subscriber_shards()
-                    if not subscriber:
-                        break
-                    publication_wait = self._subscriber_reason(subscriber)
-                else:
-                    publication_wait = self._waiting_reason(publication)
-                self._membership.heartbeat()  # so that status lists us as waiting
-            except redis.RedisError as exc:
-                failures += 1
-                self._waiting_for = f"cannot read Redis at {redacted_url(self.settings.redis.url)}"
-                now = time.monotonic()
-                if last_failure_log is None or now - last_failure_log >= _REDIS_LOG_INTERVAL:
-                    last_failure_log = now
-                    log.warning(
-                        "%s: looking for its reflector failed, retrying: %s",
-                        self.resource,
-                        self._redis_failure(exc),
-                    )
-                self._stopping.wait(poll)
-                continue
-            if failures:
-                log.info("%s: Redis reachable again after %d failed calls", self.resource, failures)
-                failures, last_failure_log = 0, None
-            self._waiting_for = publication_wait
-            if not warned:
-                warned = True
-                if publication.complete:  # a durable subscriber's group: the user's mistake
-                    log.error("%s", self._waiting_for)
-                else:
-                    log.warning(
-                        "%s; not ready until a reflector completes a list into every shard%s",
-                        self._waiting_for,
-                        self._did_you_mean(),
-                    )
-            self._stopping.wait(poll)
+        """Runs on its own thread so that :meth:`start` returns at once and ``/healthz``
+        answers while Redis or a reflector is still missing."""
+        layouts = self._gate.wait(self._stopping)
+        if layouts is None:
+            return
+        self._apply_layouts(layouts)
         with self._ownership_lock:
             if self._stopping.is_set():
                 return
+            self._start_replicas()
             self._published.set()
             self._ownership_started = True
             self.ownership.start()
-        if warned:
-            log.info("a reflector has published %s; taking shards over", self._where())
 
-    def _durable_subscriber_shards(self) -> list[int]:
-        """The shards where our group is someone else's consumer group: a durable subscriber's
-        (``subscribe --group``), whose entries a processor taking the shard over would steal.
-        A processor group's consumer group exists on a shard only after one of its members
-        held the shard's lease, whose epoch counter never goes away; a group on the stream
-        without that counter (or with a subscriber's initial-list marker) is not ours. One
-        pipelined round trip, once, before the first takeover."""
-        pipe = self.lease_redis.pipeline(transaction=False)
-        shards = [
-            GroupShardKeys(ShardKeys(self.settings.prefix, self.resource, shard), self.group)
-            for shard in range(self.settings.shard_count)
-        ]
-        for keys in shards:
-            pipe.xinfo_groups(keys.stream)
-            # GET rather than EXISTS: both are strings, and GET is in the processor's ACL.
-            pipe.get(keys.lease_epoch)
-            pipe.get(keys.initial_list)
-        replies = pipe.execute(raise_on_error=False)
-        found = []
-        for keys, groups, ours, marker in zip(
-            shards, replies[0::3], replies[1::3], replies[2::3], strict=True
-        ):
-            for reply in (groups, ours, marker):
-                if isinstance(reply, Exception) and not isinstance(reply, redis.ResponseError):
-                    raise reply
-            names = () if isinstance(groups, Exception) else (as_text(g["name"]) for g in groups)
-            if self.group in names and (marker is not None or ours is None):
-                found.append(keys.shard)
-        return found
+    def _apply_layouts(self, layouts: dict[str, ResourceLayout | None]) -> None:
+        """What the reflectors recorded decides how each lister finds a key's shard, and which
+        resources need a move gate (objects sharded by anything but their key can move)."""
+        for resource, layout in layouts.items():
+            lister = self.listers[resource]
+            if layout is None:  # a reflector from before layouts shards by object key
+                continue
+            self.layouts[resource] = layout
+            choice = layout.shard_key
+            if choice.key_names_shard:
+                count = self.settings.shard_count
+                lister.route_keys(functools.partial(choice.shard_of_key, shard_count=count))
+            else:
+                lister.route_keys(None)
+            if not choice.by_object_key:
+                self.moves[resource] = MoveGate(lister.holds_elsewhere)
+            log.info("%s is sharded by %s (%s)", resource, choice, layout.kind)
 
-    def _subscriber_reason(self, shards: Sequence[int]) -> str:
-        return (
-            f"group {self.group!r} of {self._where()} is a durable subscriber's (subscribe "
-            f"--group {self.group}) on shards {_ranges(shards)}: not taking them over, which "
-            "would steal its entries; give this processor another --group, or remove the "
-            f"subscriber's group (informer-bus groups delete {self.resource} {self.group})"
-        )
-
-    def _check_shard_count(self, publication: Publication) -> None:
-        """A reflector with a larger ``--shard-count`` publishes shards no processor of ours
-        reads: those objects would silently never reach a handler."""
-        if publication.listed_beyond:
-            log.error(
-                "a reflector has listed more than %d shards of %s: shards from %d on will never "
-                "be processed; give every processor the reflector's --shard-count",
-                self.settings.shard_count,
-                self._where(),
-                self.settings.shard_count,
-            )
-
-    def _waiting_reason(self, publication: Publication) -> str:
-        if not publication.listed_shards:
-            if publication.leader:
-                return f"waiting for the first list of {self._where()}: a reflector leads it"
-            return f"no reflector has published {self._where()}"
-        missing = publication.unlisted_shards
-        return (
-            f"waiting for a reflector to list every shard of {self._where()}: shards "
-            f"{_ranges(missing)} of {publication.shard_count} have no completed list (is the "
-            f"reflector's --shard-count {publication.shard_count}, like this processor's?)"
-        )
-
-    def _did_you_mean(self) -> str:
-        """The published resource this one is likely a typo of (``pod`` for ``pods``). Only the
-        singular/plural neighbours are tried, each with one ``HGET``: a processor's minimal ACL
-        allows no ``SCAN`` (best effort: it only decorates one warning)."""
-        name, at, rest = self.resource.partition("@")
-        plural, dot, group = name.partition(".")
-        stems = {plural + "s", plural + "es", plural.removesuffix("s"), plural.removesuffix("es")}
-        candidates = sorted(
-            f"{stem}{dot}{group}{at}{rest}" for stem in stems if stem and stem != plural
-        )
-        try:
-            pipe = self.lease_redis.pipeline(transaction=False)
-            for candidate in candidates:
-                pipe.hget(
-                    ShardKeys(self.settings.prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV
+    def _start_replicas(self) -> None:
+        settings = self.settings
+        for resource in self.plan.replicated:
+            lister = self.listers[resource]
+            for shard in range(settings.shard_count):
+                store = lister.new_store()
+                lister.attach(shard, store)
+                reader = ReplicaReader(
+                    self.redis,
+                    ShardKeys(settings.prefix, resource, shard),
+                    store=store,
+                    sink=self.dispatchers[resource],
+                    metrics=self.metrics,
+                    count=settings.read_count,
+                    block_ms=settings.block_ms,
+                    max_entry_bytes=settings.max_entry_bytes,
+                    view=self.views[resource],
+                    moves=self.moves.get(resource),
                 )
-            found = [c for c, rv in zip(candidates, pipe.execute(), strict=True) if rv is not None]
-        except (redis.RedisError, ValueError):
-            return ""
-        return f" (did you mean {' or '.join(found)}? it is published)" if found else ""
+                self._replicas.append(reader)
+                reader.start()
 
     def _leave_membership(self) -> None:
         try:
             self._membership.leave()
         except redis.RedisError as exc:
-            log.warning(
-                "%s: could not leave the members: %s", self.resource, self._redis_failure(exc)
-            )
-
-    def _redis_failure(self, exc: redis.RedisError) -> str:
-        """``Type: message [Redis URL]`` on one line, password masked, for a retry's log."""
-        message = " ".join(str(exc).split())
-        return f"{type(exc).__name__}: {message} [Redis {redacted_url(self.settings.redis.url)}]"
+            log.warning("%s: could not leave the members: %r", self.resource, exc)
 
     # --- shards ---------------------------------------------------------------------------
 
     def owned_shards(self) -> list[int]:
         with self._workers_lock:
-            return sorted(self._workers)
+            return sorted(self._units)
 
     def _acquired(self, shard: int, epoch: int) -> None:
-        """On the ownership thread: start taking the shard over (the worker does the loading,
-        so lease renewals are not held up)."""
-        store = self.lister.new_store()
-        self.lister.attach(shard, store)
-        worker = ShardWorker(
-            self.redis,
-            GroupShardKeys(ShardKeys(self.settings.prefix, self.resource, shard), self.group),
-            shard=shard,
-            epoch=epoch,
-            member_id=self.member_id,
-            store=store,
-            dispatcher=self.dispatcher,
-            metrics=self.metrics,
-            resource=self.resource,
-            count=self.settings.read_count,
-            block_ms=self.settings.block_ms,
-            max_entry_bytes=self.settings.max_entry_bytes,
-            view=self.view,
-        )
+        """On the ownership thread: start taking shard ``shard`` of every co-sharded resource
+        over (the workers do the loading, so lease renewals are not held up)."""
+        settings = self.settings
+        epochs = self.ownership.epochs(shard, epoch)
+        for handler in self._shard_aware:
+            handler.shards_acquired([shard])  # before any event of the shard is delivered
+        workers: dict[str, ShardWorker] = {}
+        for resource in self.plan.co_sharded:
+            lister = self.listers[resource]
+            store = lister.new_store()
+            lister.attach(shard, store)
+            workers[resource] = ShardWorker(
+                self.redis,
+                GroupShardKeys(ShardKeys(settings.prefix, resource, shard), self.group),
+                shard=shard,
+                epoch=epochs[resource],
+                member_id=self.member_id,
+                store=store,
+                dispatcher=self.dispatchers[resource],
+                metrics=self.metrics,
+                resource=resource,
+                count=settings.read_count,
+                block_ms=settings.block_ms,
+                max_entry_bytes=settings.max_entry_bytes,
+                view=self.views[resource],
+                moves=self.moves.get(resource),
+            )
         with self._workers_lock:
-            self._workers[shard] = worker
-            owned = len(self._workers)
-        self.metrics.owned_shards.labels(resource=self.resource, group=self.group).set(owned)
-        self.metrics.rebalances.labels(resource=self.resource, group=self.group).inc()
-        worker.start()
-        log.info("%s: took shard %d (epoch %d)", self.resource, shard, epoch)
+            self._units[shard] = workers
+            owned = len(self._units)
+        for resource in workers:
+            self.metrics.owned_shards.labels(resource=resource, group=self.group).set(owned)
+            self.metrics.rebalances.labels(resource=resource, group=self.group).inc()
+        for worker in workers.values():
+            worker.start()
+        log.info("%s: took shard %d (epochs %s)", self.plan, shard, epochs)
 
     def _losing(self, shards: Sequence[int]) -> None:
         """On the ownership thread, before the ``_lost`` calls: stop every one of ``shards``
-        from starting handler calls now, not only once its turn in the row comes."""
+        from starting handler calls now, and the per-key work of the handlers that have some,
+        not only once its turn in the row comes."""
         with self._workers_lock:
-            workers = [self._workers[shard] for shard in shards if shard in self._workers]
-        for worker in workers:
-            worker.begin_stop(grace=self.settings.shutdown_grace)
+            units = [self._units[shard] for shard in shards if shard in self._units]
+        for workers in units:
+            for worker in workers.values():
+                worker.begin_stop(grace=self.settings.shutdown_grace)
+        for handler in self._shard_aware:
+            handler.shards_leaving(list(shards))
 
     def _lost(self, shard: int) -> None:
-        """On the ownership thread, before the lease is released: stop applying the shard."""
+        """On the ownership thread, before the leases are released: stop applying shard
+        ``shard`` of every co-sharded resource, and wait for the per-key work on its keys."""
+        grace = self.settings.shutdown_grace
         with self._workers_lock:
-            worker = self._workers.pop(shard, None)
-        if worker is not None:
+            workers = self._units.pop(shard, {})
+        for handler in self._shard_aware:
+            handler.shards_leaving([shard])  # also when no _losing came first (a failed start)
+        for resource, worker in workers.items():
             # A graceful stop acknowledges what the handlers finished; if the lease is already
             # gone those acknowledgements are refused (they are fenced), so this is safe either
             # way.
-            worker.stop(grace=self.settings.shutdown_grace)
+            worker.stop(grace=grace)
             worker.join()
-            self.metrics.forget_shard(self.resource, shard)
-            self.metrics.rebalances.labels(resource=self.resource, group=self.group).inc()
+            self.metrics.forget_shard(resource, shard)
+        for handler in self._shard_aware:
+            if not handler.wait_shards_idle([shard], grace):
+                log.warning("%s: work on keys of shard %d outlived the %.1f s grace period",
+                            type(handler).__name__, shard, grace)  # fmt: skip
         with self._workers_lock:
-            owned = len(self._workers)
-        self.metrics.owned_shards.labels(resource=self.resource, group=self.group).set(owned)
-        self.lister.detach(shard)
-        log.info("%s: gave up shard %d", self.resource, shard)
+            owned = len(self._units)
+        for resource in self.plan.co_sharded:
+            if workers:
+                self.metrics.rebalances.labels(resource=resource, group=self.group).inc()
+            self.metrics.owned_shards.labels(resource=resource, group=self.group).set(owned)
+            self.listers[resource].detach(shard)
+        log.info("%s: gave up shard %d", self.plan, shard)
+
+    def _key_synced(self, key: str) -> bool:
+        """Whether the caches that hold the primary ``key`` and what is co-sharded with it are
+        loaded: its shard of every co-sharded resource, and every replicated resource."""
+        shard = self.lister.shard_of(key)
+        if shard is None:
+            return all(lister.has_synced() for lister in self.listers.values())
+        return all(
+            self.listers[resource].has_synced(shard) for resource in self.plan.co_sharded
+        ) and all(self.listers[resource].has_synced() for resource in self.plan.replicated)
 
     def _supervise(self) -> None:
-        """Marks shards synced in the lister once their worker delivered the initial list,
-        and reports a worker that died (once; /healthz keeps saying so)."""
-        reported: set[int] = set()
+        """Marks shards synced in the listers once their reader delivered the initial list, and
+        reports a worker that died (once; /healthz keeps saying so)."""
+        reported: set[tuple[str, int]] = set()
         while not self._stopping.wait(_SUPERVISE_INTERVAL):
             with self._workers_lock:
-                workers = list(self._workers.items())
-            for shard, worker in workers:
-                if worker.has_synced and not self.lister.has_synced(shard):
-                    self.lister.mark_synced(shard)
-                failed = worker.error is not None and not worker.ownership_lost
-                if failed and not worker.alive and shard not in reported:
-                    reported.add(shard)
-                    log.error(
-                        "%s: shard %d worker stopped on %r", self.resource, shard, worker.error
-                    )
+                units = list(self._units.items())
+            for shard, workers in units:
+                for resource, worker in workers.items():
+                    lister = self.listers[resource]
+                    if worker.has_synced and not lister.has_synced(shard):
+                        lister.mark_synced(shard)
+                    failed = worker.error is not None and not worker.ownership_lost
+                    if failed and not worker.alive and (resource, shard) not in reported:
+                        reported.add((resource, shard))
+                        log.error(
+                            "%s: shard %d worker stopped on %r", resource, shard, worker.error
+                        )
+            for reader in self._replicas:
+                lister = self.listers[reader.resource]
+                if reader.has_synced and not lister.has_synced(reader.shard):
+                    lister.mark_synced(reader.shard)
 
     # --- probes ---------------------------------------------------------------------------
 
     def is_synced(self) -> bool:
-        """Every owned shard delivered its initial list (and at least one shard is owned)."""
+        """Every owned shard of every resource delivered its initial list (and at least one
+        shard is owned), and every replicated resource is read whole."""
         if not self.published:
             return False
         owned = self.owned_shards()
-        return bool(owned) and all(self.lister.has_synced(shard) for shard in owned)
+        return (
+            bool(owned)
+            and all(
+                self.listers[resource].has_synced(shard)
+                for shard in owned
+                for resource in self.plan.co_sharded
+            )
+            and all(self.listers[resource].has_synced() for resource in self.plan.replicated)
+        )
 
     def healthz(self) -> tuple[bool, str]:
         if self._stopping.is_set():
             return False, "stopping"
         with self._workers_lock:
-            workers = list(self._workers.items())
+            units = list(self._units.items())
         # A worker fenced off by a newer owner stopped on purpose; the ownership loop gives its
         # shard up. Any other stopped worker is a failure.
-        dead = [
+        dead = sorted(
             shard
-            for shard, worker in workers
+            for shard, workers in units
+            for worker in workers.values()
             if not worker.alive and worker.error is not None and not worker.ownership_lost
-        ]
+        )
         if dead:
             return False, f"shard workers failed: {dead}"
+        stalled = [f"{r.resource}:{r.shard}" for r in self._replicas if not r.alive]
+        if stalled and not self._stopping.is_set():
+            return False, f"replica readers stopped: {', '.join(stalled)}"
         return True, "ok"
 
     def readyz(self) -> tuple[bool, str]:
         """Ready when every owned shard is synced; owning nothing (more processors than
         shards, or before the first assignment) is not ready, and neither is waiting for the
-        reflector's first list."""
+        reflectors' first lists."""
         if not self.published:
-            return False, self._waiting_for
+            return False, self._gate.waiting_for
         owned = self.owned_shards()
         if not owned:
             return False, "owns no shard yet"
-        waiting = [shard for shard in owned if not self.lister.has_synced(shard)]
+        waiting = sorted(
+            {
+                shard
+                for shard in owned
+                for resource in self.plan.co_sharded
+                if not self.listers[resource].has_synced(shard)
+            }
+        )
         if waiting:
             return False, f"syncing shards {waiting}"
+        replicas = [r for r in self.plan.replicated if not self.listers[r].has_synced()]
+        if replicas:
+            return False, f"reading replicated {', '.join(replicas)}"
         return True, f"owns shards {owned}"
 
-
-def _ranges(shards: Sequence[int]) -> str:
-    """``0-3,7``: a shard list short enough for one log line."""
-    runs: list[list[int]] = []
-    for shard in sorted(shards):
-        if runs and runs[-1][-1] == shard - 1:
-            runs[-1].append(shard)
-        else:
-            runs.append([shard])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+    @property
+    def waiting_for(self) -> str:
+        """Why shards are not taken yet (for ``/readyz`` and tests)."""
+        return self._gate.waiting_for

@@ -29,12 +29,22 @@ __all__ = ["ProcessorSettings"]
 
 @dataclass(frozen=True)
 class ProcessorSettings(ServiceSettings):
-    """Everything one processor process needs (one resource per process)."""
+    """Everything one processor process needs."""
 
-    resource: str = field(
-        default="pods",
+    resource: tuple[str, ...] = field(
+        default=(),
         metadata={"help": "resource id to process, as the reflector names it (pods, "
-                  "deployments.apps, widgets.example.com@shop)", "metavar": "ID"},
+                  "deployments.apps, widgets.example.com@shop); repeat it for several: they "
+                  "are co-sharded (this processor owns shard N of every one of them together, "
+                  "so a primary and what it owns are in one process when the reflector shards "
+                  "them alike, e.g. configmaps?shardKey=owner); the first is the primary. A "
+                  "controller may declare its resources instead", "metavar": "ID"},
+    )  # fmt: skip
+    replicate: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "resource id every member of the group reads whole (every shard, "
+                  "no leases): a small lookup set such as namespaces, nodes or a ConfigMap of "
+                  "settings", "metavar": "ID"},
     )  # fmt: skip
     group: str = field(
         default=PROCESSOR_GROUP,
@@ -48,8 +58,9 @@ class ProcessorSettings(ServiceSettings):
     handler: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "handler MODULE:ATTR[@RESYNC] (an object with on_add/on_update/on_delete, "
-            "or a factory taking a HandlerContext; @30s adds a resync period)",
+            "help": "handler [RESOURCE=]MODULE:ATTR[@RESYNC] (an object with on_add/on_update/"
+            "on_delete, or a factory taking a HandlerContext; RESOURCE= gives it that "
+            "resource's events instead of the primary's; @30s adds a resync period)",
             "metavar": "REF",
         },
     )
@@ -74,8 +85,8 @@ class ProcessorSettings(ServiceSettings):
     namespace: str = field(
         default="",
         metadata={
-            "help": "view: keep only objects of this namespace (the group's caches, listers "
-            "and handlers see nothing else)",
+            "help": "view (of every resource served): keep only objects of this namespace "
+            "(the group's caches, listers and handlers see nothing else)",
             "metavar": "NS",
         },
     )
@@ -135,22 +146,35 @@ class ProcessorSettings(ServiceSettings):
     )
 
     def __post_init__(self) -> None:
+        for name in ("resource", "replicate", "handler"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # settings_of(..., resource="pods"): one value
+                object.__setattr__(self, name, (value,))
         super().__post_init__()
         require_positive(
             self,
             "buffer_size", "read_count", "block_ms", "shutdown_grace", "max_entry_bytes",
         )  # fmt: skip
         try:
-            check_resource_id(self.resource)  # the rule the reflector names its keys by
+            for resource in (*self.resource, *self.replicate):
+                check_resource_id(resource)  # the rule the reflector names its keys by
+                self.view(resource)  # the selectors' and the projection's own rules
             check_group_name(self.group)  # the rule group keys are named by
-            self.view()  # the selectors' and the projection's own rules
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
+        named = [*self.resource, *self.replicate]
+        twice = sorted({resource for resource in named if named.count(resource) > 1})
+        if twice:
+            raise SettingsError(
+                f"resource {', '.join(twice)} is given more than once (a resource is either "
+                "co-sharded, --resource, or replicated, --replicate, once)"
+            )
 
-    def view(self) -> GroupView:
-        """The group's view of its resource, from the view flags (``ValueError`` if invalid)."""
+    def view(self, resource: str) -> GroupView:
+        """The group's view of ``resource``, from the view flags, which apply to every resource
+        the processor serves (``ValueError`` if they are invalid for it)."""
         return GroupView(
-            self.resource,
+            resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,

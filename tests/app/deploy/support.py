@@ -190,8 +190,9 @@ def pipeline_problems(reflector: ReflectorSettings, processor: ProcessorSettings
     """Settings a reflector and a processor must agree on to talk through Redis."""
     problems: list[str] = []
     reflected = {ResourceSpec.parse(spec).resource_id for spec in reflector.resource}
-    if processor.resource not in reflected:
-        problems.append(f"processor resource {processor.resource!r} not in {sorted(reflected)}")
+    for resource in (*processor.resource, *processor.replicate):
+        if resource not in reflected:
+            problems.append(f"processor resource {resource!r} not in {sorted(reflected)}")
     for name in ("prefix", "shard_count"):
         if getattr(reflector, name) != getattr(processor, name):
             mine, theirs = getattr(reflector, name), getattr(processor, name)

@@ -58,9 +58,11 @@ def test_with_redis_unreachable_both_services_name_the_url_without_the_password(
         try:
             processor.start()
             reflector.start()
-            wait_until(lambda: failure_lines(processor.log(), "processor_svc.service"), 30)
+            wait_until(lambda: failure_lines(processor.log(), "processor_svc.publication_gate"), 30)
             wait_until(lambda: failure_lines(reflector.log(), "common.leader_election"), 30)
-            assert_names_redis(failure_lines(processor.log(), "processor_svc.service"), redacted)
+            assert_names_redis(
+                failure_lines(processor.log(), "processor_svc.publication_gate"), redacted
+            )
             assert_names_redis(failure_lines(reflector.log(), "common.leader_election"), redacted)
             assert "Connection refused" in reflector.log()  # the cause is kept, too
         finally:
