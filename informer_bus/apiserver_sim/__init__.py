@@ -9,6 +9,7 @@ seeded load generation. Run it in-process (:class:`Simulator`), as a child proce
 """
 
 from informer_bus.apiserver_sim.command import APISERVER_SIM
+from informer_bus.apiserver_sim.conflicts import ConflictTable
 from informer_bus.apiserver_sim.load import DEFAULT_MIX, ChurnStats
 from informer_bus.apiserver_sim.process import SimulatorProcess, SimulatorProcessError
 from informer_bus.apiserver_sim.resources import (
@@ -46,6 +47,7 @@ __all__ = [
     "ChurnHandle",
     "ChurnStats",
     "ClusterState",
+    "ConflictTable",
     "ResourceType",
     "SettingsError",
     "Simulator",

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from informer_bus.apiserver_sim import objects
+from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.lists import list_body, selectors
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
@@ -40,6 +41,10 @@ log = logging.getLogger(__name__)
 
 ControlHandler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int, Any]]
 """``(method, action, json_body, query) -> (http_status, json_document)`` for ``/_sim/*``."""
+
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+"""The Kubernetes verb of a request by HTTP method (a collection's DELETE is
+``deletecollection``)."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -113,6 +118,8 @@ class HttpFront:
         self.faults = faults
         self.settings = settings
         self.control = control
+        self.conflicts = ConflictCounter()
+        """Every 409 answered, by resource, verb and reason (kept across restarts)."""
         self._watches = WatchStreamer(state, faults, settings)
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
@@ -310,7 +317,20 @@ class HttpFront:
                 "MethodNotAllowed",
                 "the server does not allow this method on the requested resource",
             )
-        handler(h, route, query, raw)
+        try:
+            handler(h, route, query, raw)
+        except ApiError as error:
+            if error.code == 409:
+                self._count_conflict(method, route, error)
+            raise
+
+    def _count_conflict(self, method: str, route: Route, error: ApiError) -> None:
+        """Count a 409 before it is answered, so a client that got it finds it counted."""
+        resource = route.resource.qualified
+        if route.subresource:
+            resource += "/" + route.subresource
+        verb = "deletecollection" if method == "DELETE" and not route.name else _VERBS[method]
+        self.conflicts.record(resource, verb, error.reason)
 
     @staticmethod
     def _manager(h: _Handler, query: dict[str, str]) -> str:
