@@ -300,8 +300,11 @@ class HttpFront:
                 self._send_json(h, 200, doc)
                 return
         route = parse_route(segs, query)
-        if route.subresource not in (None, "status"):
-            raise NotFoundPath()
+        if route.subresource is not None:
+            if route.subresource != "status" or not route.resource.status_subresource:
+                raise NotFoundPath()
+            if method not in ("GET", "PUT", "PATCH"):
+                raise _method_not_allowed()
         handler = {
             ("GET", False): self._list_or_watch,
             ("GET", True): self._get,
@@ -312,11 +315,7 @@ class HttpFront:
             ("DELETE", False): self._delete_collection,
         }.get((method, route.name is not None))
         if handler is None:
-            raise ApiError(
-                405,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
+            raise _method_not_allowed()
         try:
             handler(h, route, query, raw)
         except ApiError as error:
@@ -373,20 +372,17 @@ class HttpFront:
 
     def _replace(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         body = self._json_body(raw)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be an object")
         resource = route.resource
         manager = self._manager(h, query)
-        name = route.name or ""
+        scope = _scope(route)
+        metadata = body.get("metadata")
+        given = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
 
         def mutate(old: dict[str, Any]) -> dict[str, Any]:
-            if not isinstance(body, dict):
-                raise bad_request("the body of the request must be an object")
-            given = (body.get("metadata") or {}).get("resourceVersion")
-            if given and given != old["metadata"]["resourceVersion"]:
-                raise conflict(resource.plural, name, resource.group)
-            new = body
-            if route.subresource == "status":
-                new = {**old, "status": body.get("status")}
-            return objects.prepare_update(resource, old, new, manager)
+            _check_version(route, given, old)
+            return objects.prepare_update(resource, old, body, manager, scope=scope)
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)
@@ -396,7 +392,7 @@ class HttpFront:
         patch = self._json_body(raw)
         resource = route.resource
         manager = self._manager(h, query)
-        name = route.name or ""
+        scope = _scope(route)
         if content_type == "application/json-patch+json":
             apply: Callable[[Any, Any], Any] = objects.apply_json_patch
         elif content_type in (
@@ -412,14 +408,13 @@ class HttpFront:
             )  # fmt: skip
 
         def mutate(old: dict[str, Any]) -> dict[str, Any]:
-            current_rv = old["metadata"]["resourceVersion"]
+            # The patch applies to the whole stored object (a status patch may carry a
+            # resourceVersion in its metadata); the scope then keeps what it may not change.
             new = apply(old, patch)
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patch removed the object's metadata")
-            given = new["metadata"].get("resourceVersion")
-            if given and given != current_rv:
-                raise conflict(resource.plural, name, resource.group)
-            return objects.prepare_update(resource, old, new, manager)
+            _check_version(route, new["metadata"].get("resourceVersion"), old)
+            return objects.prepare_update(resource, old, new, manager, scope=scope)
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)
@@ -459,3 +454,22 @@ class HttpFront:
              "metadata": {"resourceVersion": str(self.state.resource_version)}}
         )  # fmt: skip
         self._send(h, 200, head[:-1] + b',"items":[' + b",".join(deleted) + b"]}")
+
+
+def _scope(route: Route) -> objects.Scope:
+    """What a write through ``route`` may change (see :data:`objects.Scope`)."""
+    return "status" if route.subresource == "status" else "main"
+
+
+def _check_version(route: Route, given: Any, old: dict[str, Any]) -> None:
+    """Optimistic concurrency: a write that names a resourceVersion other than the stored one
+    is refused with 409 Conflict; one that names none is unconditional."""
+    if given and str(given) != old["metadata"]["resourceVersion"]:
+        resource = route.resource
+        raise conflict(resource.plural, route.name or "", resource.group)
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )

@@ -59,6 +59,7 @@ def _widget_crd() -> dict[str, Any]:
                     "name": WIDGETS.version,
                     "served": True,
                     "storage": True,
+                    "subresources": {"status": {}},
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
