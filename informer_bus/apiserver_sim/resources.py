@@ -59,6 +59,12 @@ class ResourceType:
     status_subresource: bool = False
     """Served with ``NAME/status``: the main resource's writes keep the stored ``.status`` and
     the subresource's writes change nothing else, as the apiserver's status strategies do."""
+    returns_deleted_object: bool = False
+    """A DELETE answers with the deleted object (the apiserver's ``ReturnDeletedObject``:
+    pods, namespaces, CRDs); otherwise with a ``Status`` of ``Success`` naming it."""
+    custom: bool = False
+    """Served from a CustomResourceDefinition: like the apiserver, no strategic merge patch
+    (there is no Go struct to read merge keys from), JSON and merge patches only."""
 
     def __hash__(self) -> int:  # hashed on every store access: computed once
         return self._hash
@@ -135,16 +141,16 @@ class ResourceType:
 
 
 PODS = ResourceType("", "v1", "pods", "pod", "Pod", namespaced=True, short_names=("po",),
-                    status_subresource=True)  # fmt: skip
+                    status_subresource=True, returns_deleted_object=True)  # fmt: skip
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",))
 SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", True)
 NAMESPACES = ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",),
-                          status_subresource=True)  # fmt: skip
+                          status_subresource=True, returns_deleted_object=True)  # fmt: skip
 NODES = ResourceType("", "v1", "nodes", "node", "Node", False, ("no",), status_subresource=True)
 EVENTS = ResourceType("", "v1", "events", "event", "Event", namespaced=True, short_names=("ev",))
 """core/v1 Events: what operators (kopf's ``kopf.info``, controllers) post about objects."""
 WIDGETS = ResourceType("example.com", "v1", "widgets", "widget", "Widget", True, ("wg",),
-                       status_subresource=True)  # fmt: skip
+                       status_subresource=True, custom=True)  # fmt: skip
 """A custom resource whose CRD enables the status subresource (what operators write status to)."""
 CRDS = ResourceType(
     "apiextensions.k8s.io",
@@ -155,6 +161,7 @@ CRDS = ResourceType(
     False,
     ("crd", "crds"),
     status_subresource=True,
+    returns_deleted_object=True,
 )
 
 RESOURCES: tuple[ResourceType, ...] = (

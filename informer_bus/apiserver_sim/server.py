@@ -32,7 +32,13 @@ from informer_bus.apiserver_sim.lists import list_body, selectors
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
-from informer_bus.apiserver_sim.status import ApiError, bad_request, conflict, internal_error
+from informer_bus.apiserver_sim.status import (
+    ApiError,
+    bad_request,
+    conflict,
+    delete_success,
+    internal_error,
+)
 from informer_bus.apiserver_sim.watch_stream import WatchStreamer
 
 __all__ = ["ControlHandler", "HttpFront"]
@@ -45,6 +51,7 @@ ControlHandler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int,
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 """The Kubernetes verb of a request by HTTP method (a collection's DELETE is
 ``deletecollection``)."""
+_MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -393,19 +400,18 @@ class HttpFront:
         resource = route.resource
         manager = self._manager(h, query)
         scope = _scope(route)
-        if content_type == "application/json-patch+json":
-            apply: Callable[[Any, Any], Any] = objects.apply_json_patch
-        elif content_type in (
-            "application/merge-patch+json",
-            "application/strategic-merge-patch+json",
-        ):
-            apply = objects.apply_merge_patch
-        else:
+        accepted = ["application/json-patch+json", "application/merge-patch+json"]
+        if not resource.custom:
+            accepted.append("application/strategic-merge-patch+json")
+        if content_type not in accepted:
             raise ApiError(
                 415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                "accepted media types include: application/json-patch+json, "
-                "application/merge-patch+json, application/strategic-merge-patch+json",
+                f"accepted media types include: {', '.join(accepted)}",
             )  # fmt: skip
+        apply: Callable[[Any, Any], Any] = (
+            objects.apply_merge_patch if content_type in _MERGE_PATCHES
+            else objects.apply_json_patch
+        )  # fmt: skip
 
         def mutate(old: dict[str, Any]) -> dict[str, Any]:
             # The patch applies to the whole stored object (a status patch may carry a
@@ -421,7 +427,9 @@ class HttpFront:
 
     def _delete(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         resource = route.resource
-        options = self._json_body(raw) if raw else {}
+        options = self._json_body(raw) if raw else None
+        if not isinstance(options or {}, dict):
+            raise bad_request("the body of a DELETE must be DeleteOptions (an object)")
         pre = (options or {}).get("preconditions") or {}
         name = route.name or ""
 
@@ -434,7 +442,11 @@ class HttpFront:
                                "the UID in the precondition does not match")  # fmt: skip
 
         stored = self.state.delete(resource, route.key(), check)
-        self._send(h, 200, stored.raw)
+        if resource.returns_deleted_object:
+            self._send(h, 200, stored.raw)
+        else:
+            done = delete_success(resource.plural, name, resource.group, stored.uid)
+            self._send_json(h, 200, done)
 
     def _delete_collection(
         self, h: _Handler, route: Route, query: dict[str, str], raw: bytes

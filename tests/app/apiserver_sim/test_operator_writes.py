@@ -1,5 +1,6 @@
 """The writes of an operator that owns one ConfigMap per Widget, through the official client
-over HTTP: every 409 counted (from Python and from ``/_sim/``)."""
+over HTTP: what deletes answer, which patches a custom resource takes, and every 409 counted
+(from Python and from ``/_sim/``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,27 @@ def _conflicts_over_http(sim: Simulator, http: urllib3.PoolManager) -> Any:
     resp = http.request("GET", f"{sim.url}/_sim/conflicts")
     assert resp.status == 200
     return orjson.loads(resp.data)
+
+
+def test_widget_generation_and_delete(sim: Simulator, custom: client.CustomObjectsApi) -> None:
+    created = custom.create_namespaced_custom_object(*W, widget("w", size=1))
+    labelled = custom.patch_namespaced_custom_object(*W, "w", {"metadata": {"labels": {"a": "b"}}})
+    assert labelled["metadata"]["generation"] == 1
+    resized = custom.patch_namespaced_custom_object(*W, "w", {"spec": {"size": 2}})
+    assert resized["metadata"]["generation"] == 2
+    assert resized["metadata"]["uid"] == created["metadata"]["uid"]
+    assert resized["metadata"]["creationTimestamp"] == created["metadata"]["creationTimestamp"]
+    # Custom resources take JSON and merge patches, not strategic merge (no Go struct).
+    with pytest.raises(client.ApiException) as exc:
+        custom.patch_namespaced_custom_object(
+            *W, "w", {"spec": {"size": 3}}, _content_type="application/strategic-merge-patch+json"
+        )
+    assert exc.value.status == 415
+    gone = custom.delete_namespaced_custom_object(*W, "w")
+    assert gone["status"] == "Success"
+    assert gone["details"] == {"name": "w", "group": "example.com", "kind": "widgets",
+                               "uid": created["metadata"]["uid"]}  # fmt: skip
+    assert sim.ground_truth("widgets") == {}
 
 
 def test_every_409_is_counted(
