@@ -29,6 +29,7 @@ __all__ = [
     "prepare_create",
     "prepare_update",
     "timestamp",
+    "unchanged",
 ]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -240,6 +241,22 @@ def prepare_update(
                                   subresource=subresource))  # fmt: skip
     metadata["managedFields"] = entries
     return obj
+
+
+def unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ``new`` (from :func:`prepare_update`) stores nothing ``old`` did not hold.
+
+    The apiserver skips such a write: the object keeps its resourceVersion, its managedFields
+    are not re-stamped and watchers see no event. A controller that PUTs what it already
+    wrote must not wake itself (or other watchers) again.
+    """
+
+    def significant(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in obj["metadata"].items()
+                if k not in ("managedFields", "resourceVersion")}  # fmt: skip
+        return {**obj, "metadata": meta}
+
+    return significant(old) == significant(new)
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:

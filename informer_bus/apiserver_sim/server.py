@@ -387,9 +387,10 @@ class HttpFront:
         metadata = body.get("metadata")
         given = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
 
-        def mutate(old: dict[str, Any]) -> dict[str, Any]:
+        def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             _check_version(route, given, old)
-            return objects.prepare_update(resource, old, body, manager, scope=scope)
+            new = objects.prepare_update(resource, old, body, manager, scope=scope)
+            return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)
@@ -413,14 +414,15 @@ class HttpFront:
             else objects.apply_json_patch
         )  # fmt: skip
 
-        def mutate(old: dict[str, Any]) -> dict[str, Any]:
+        def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             # The patch applies to the whole stored object (a status patch may carry a
             # resourceVersion in its metadata); the scope then keeps what it may not change.
             new = apply(old, patch)
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patch removed the object's metadata")
             _check_version(route, new["metadata"].get("resourceVersion"), old)
-            return objects.prepare_update(resource, old, new, manager, scope=scope)
+            new = objects.prepare_update(resource, old, new, manager, scope=scope)
+            return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)

@@ -75,6 +75,9 @@ def test_spec_writes_bump_generation_and_keep_status(custom: client.CustomObject
     assert replaced["spec"] == {"size": 3}
     assert replaced["status"] == {"phase": "Ready"}
     assert replaced["metadata"]["generation"] == 3
+    # A PUT whose only change is to the status changes nothing at all: no new revision.
+    same = custom.replace_namespaced_custom_object(*W, "w", {**replaced, "status": {"x": 1}})
+    assert same == replaced
     # Removing status through the main resource is ignored as well.
     body = {k: v for k, v in replaced.items() if k != "status"}
     assert custom.replace_namespaced_custom_object(*W, "w", body)["status"] == {"phase": "Ready"}
