@@ -3,12 +3,14 @@
 No cluster runs on our machines, yet reflector tests, benchmarks and the demo need an API
 server that the unmodified official client talks to over HTTP. This package is that server:
 resourceVersion semantics, paginated consistent LISTs, watches with history, 410s, bookmarks
-and watch-list, selectors, mutations, an etcd-like compaction window, fault injection and
-seeded load generation. Run it in-process (:class:`Simulator`), as a child process
-(:class:`SimulatorProcess`) or as ``informer-bus apiserver-sim``.
+and watch-list, selectors, mutations (optimistic concurrency, status subresources, every 409
+counted), an etcd-like compaction window, fault injection and seeded load generation. Run it
+in-process (:class:`Simulator`), as a child process (:class:`SimulatorProcess`) or as
+``informer-bus apiserver-sim``.
 """
 
 from informer_bus.apiserver_sim.command import APISERVER_SIM
+from informer_bus.apiserver_sim.conflicts import ConflictTable
 from informer_bus.apiserver_sim.load import DEFAULT_MIX, ChurnStats
 from informer_bus.apiserver_sim.process import SimulatorProcess, SimulatorProcessError
 from informer_bus.apiserver_sim.resources import (
@@ -46,6 +48,7 @@ __all__ = [
     "ChurnHandle",
     "ChurnStats",
     "ClusterState",
+    "ConflictTable",
     "ResourceType",
     "SettingsError",
     "Simulator",

@@ -1,9 +1,11 @@
 """What the apiserver does to an object on its way into storage.
 
 Create fills uid, creationTimestamp, generation and managedFields; update keeps the identity
-fields, bumps generation only when the spec-like part changed and refreshes the caller's
-managedFields entry; patches (JSON merge, strategic treated as merge, JSON patch) produce the
-new object. Nothing here touches state: callers run these inside the store's critical section.
+fields, bumps generation only when the spec-like part changed, refreshes the caller's
+managedFields entry and confines the write to what its endpoint may change (a type's status
+subresource owns ``.status``); patches (JSON merge, strategic treated as merge, JSON patch)
+produce the new object. Nothing here touches state: callers run these inside the store's
+critical section.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import random
 import re
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from informer_bus.apiserver_sim.resources import ResourceType
 from informer_bus.apiserver_sim.status import ApiError, bad_request, invalid
 
 __all__ = [
+    "Scope",
     "apply_json_patch",
     "apply_merge_patch",
     "fields_v1",
@@ -26,6 +29,7 @@ __all__ = [
     "prepare_create",
     "prepare_update",
     "timestamp",
+    "unchanged",
 ]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -62,15 +66,25 @@ def fields_v1(obj: Any, depth: int = 0) -> dict[str, Any]:
     return out
 
 
-def _managed_entry(manager: str, operation: str, api_version: str, obj: Any, when: str) -> Any:
-    return {
+def _managed_entry(
+    manager: str, operation: str, api_version: str, obj: Any, when: str, *, subresource: str = ""
+) -> Any:
+    """A managedFields entry; through a subresource it names it and holds only ``.status``."""
+    entry: dict[str, Any] = {
         "manager": manager,
         "operation": operation,
         "apiVersion": api_version,
         "time": when,
         "fieldsType": "FieldsV1",
-        "fieldsV1": fields_v1(obj),
     }
+    if subresource == "status":
+        status = obj.get("status")
+        fields = {".": {}, **fields_v1(status, 2)} if isinstance(status, dict) and status else {}
+        entry["fieldsV1"] = {"f:status": fields} if "status" in obj else {}
+        entry["subresource"] = subresource
+    else:
+        entry["fieldsV1"] = fields_v1(obj)
+    return entry
 
 
 def _check_type(resource: ResourceType, obj: Any) -> dict[str, Any]:
@@ -152,6 +166,39 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
 
+Scope = Literal["whole", "main", "status"]
+"""What an update may change. ``whole``: everything in the body (the Python API's writes, which
+stand for any writer, kubelet included); ``main``: a PUT or PATCH of the resource itself, which
+keeps the stored ``.status`` of a type with a status subresource; ``status``: a write through
+that subresource, which changes ``.status`` alone."""
+
+
+def _confine(
+    resource: ResourceType, old: dict[str, Any], obj: dict[str, Any], scope: Scope
+) -> dict[str, Any]:
+    """``obj`` cut down to what a write of ``scope`` may change of ``old``.
+
+    The apiserver's status strategies do this: through ``/status`` the stored object is kept
+    whole but for ``.status`` (labels, annotations and spec included; a body without a status
+    removes it); through the main resource the stored status is put back. Controllers rely on
+    it: a spec writer cannot clobber the status another wrote, and the other way round.
+    """
+    if scope == "whole" or not resource.status_subresource:
+        return obj
+    if scope == "status":
+        kept: dict[str, Any] = copy.deepcopy(old)
+        if "status" in obj:
+            kept["status"] = obj["status"]
+        else:
+            kept.pop("status", None)
+        return kept
+    if "status" in old:
+        obj["status"] = copy.deepcopy(old["status"])
+    else:
+        obj.pop("status", None)
+    return obj
+
+
 def prepare_update(
     resource: ResourceType,
     old: dict[str, Any],
@@ -159,8 +206,10 @@ def prepare_update(
     manager: str,
     *,
     when: str | None = None,
+    scope: Scope = "whole",
 ) -> dict[str, Any]:
-    """The stored form of a replacement of ``old`` by ``body``."""
+    """The stored form of a replacement of ``old`` by ``body`` through ``scope`` (see
+    :data:`Scope`); the status subresource's managedFields entry is its manager's own."""
     obj = copy.deepcopy(body) if body is not old else body
     metadata = _check_type(resource, obj)
     old_meta = old["metadata"]
@@ -171,6 +220,8 @@ def prepare_update(
     given_uid = metadata.get("uid")
     if given_uid and given_uid != old_meta.get("uid"):
         raise ApiError(409, "Conflict", f"Precondition failed: UID in object meta: {given_uid}")
+    obj = _confine(resource, old, obj, scope)
+    metadata = obj["metadata"]
     for name in _IDENTITY:
         if name in old_meta:
             metadata[name] = old_meta[name]
@@ -179,14 +230,33 @@ def prepare_update(
         generation += 1
     metadata["generation"] = generation
     now = when or timestamp()
+    subresource = "status" if scope == "status" and resource.status_subresource else ""
     entries = [
         e
         for e in old_meta.get("managedFields", [])
-        if isinstance(e, dict) and e.get("manager") != manager
+        if isinstance(e, dict)
+        and (e.get("manager") != manager or e.get("subresource", "") != subresource)
     ]
-    entries.append(_managed_entry(manager, "Update", resource.api_version, obj, now))
+    entries.append(_managed_entry(manager, "Update", resource.api_version, obj, now,
+                                  subresource=subresource))  # fmt: skip
     metadata["managedFields"] = entries
     return obj
+
+
+def unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ``new`` (from :func:`prepare_update`) stores nothing ``old`` did not hold.
+
+    The apiserver skips such a write: the object keeps its resourceVersion, its managedFields
+    are not re-stamped and watchers see no event. A controller that PUTs what it already
+    wrote must not wake itself (or other watchers) again.
+    """
+
+    def significant(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in obj["metadata"].items()
+                if k not in ("managedFields", "resourceVersion")}  # fmt: skip
+        return {**obj, "metadata": meta}
+
+    return significant(old) == significant(new)
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:

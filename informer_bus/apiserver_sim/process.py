@@ -167,3 +167,15 @@ class SimulatorProcess(StartStop):
 
     def stats(self) -> Any:
         return self.control("stats", method="GET")
+
+    def conflicts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """The child's 409 counts (:meth:`Simulator.conflicts`, same shape)."""
+        table: dict[str, dict[str, dict[str, int]]] = self.control("conflicts", method="GET")[
+            "conflicts"
+        ]
+        return table
+
+    def reset_conflicts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Count the child's 409s from zero again; returns what was counted until now."""
+        table: dict[str, dict[str, dict[str, int]]] = self.control("reset-conflicts")["conflicts"]
+        return table

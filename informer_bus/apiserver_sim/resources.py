@@ -56,6 +56,15 @@ class ResourceType:
     kind: str
     namespaced: bool
     short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    """Served with ``NAME/status``: the main resource's writes keep the stored ``.status`` and
+    the subresource's writes change nothing else, as the apiserver's status strategies do."""
+    returns_deleted_object: bool = False
+    """A DELETE answers with the deleted object (the apiserver's ``ReturnDeletedObject``:
+    pods, namespaces, CRDs); otherwise with a ``Status`` of ``Success`` naming it."""
+    custom: bool = False
+    """Served from a CustomResourceDefinition: like the apiserver, no strategic merge patch
+    (there is no Go struct to read merge keys from), JSON and merge patches only."""
 
     def __hash__(self) -> int:  # hashed on every store access: computed once
         return self._hash
@@ -105,6 +114,18 @@ class ResourceType:
             return values
         return {**values, **changed}
 
+    def discovery_entries(self) -> list[dict[str, Any]]:
+        """Its APIResourceList entries: the resource, then ``PLURAL/status`` if it has one
+        (with no singular name and only get, patch and update, as a real server lists it)."""
+        entries = [self.discovery_entry()]
+        if self.status_subresource:
+            entries.append({
+                "name": f"{self.plural}/status", "singularName": "",
+                "namespaced": self.namespaced, "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            })  # fmt: skip
+        return entries
+
     def discovery_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": self.plural,
@@ -119,14 +140,18 @@ class ResourceType:
         return entry
 
 
-PODS = ResourceType("", "v1", "pods", "pod", "Pod", namespaced=True, short_names=("po",))
+PODS = ResourceType("", "v1", "pods", "pod", "Pod", namespaced=True, short_names=("po",),
+                    status_subresource=True, returns_deleted_object=True)  # fmt: skip
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",))
 SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", True)
-NAMESPACES = ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",))
-NODES = ResourceType("", "v1", "nodes", "node", "Node", False, ("no",))
+NAMESPACES = ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",),
+                          status_subresource=True, returns_deleted_object=True)  # fmt: skip
+NODES = ResourceType("", "v1", "nodes", "node", "Node", False, ("no",), status_subresource=True)
 EVENTS = ResourceType("", "v1", "events", "event", "Event", namespaced=True, short_names=("ev",))
 """core/v1 Events: what operators (kopf's ``kopf.info``, controllers) post about objects."""
-WIDGETS = ResourceType("example.com", "v1", "widgets", "widget", "Widget", True, ("wg",))
+WIDGETS = ResourceType("example.com", "v1", "widgets", "widget", "Widget", True, ("wg",),
+                       status_subresource=True, custom=True)  # fmt: skip
+"""A custom resource whose CRD enables the status subresource (what operators write status to)."""
 CRDS = ResourceType(
     "apiextensions.k8s.io",
     "v1",
@@ -135,6 +160,8 @@ CRDS = ResourceType(
     "CustomResourceDefinition",
     False,
     ("crd", "crds"),
+    status_subresource=True,
+    returns_deleted_object=True,
 )
 
 RESOURCES: tuple[ResourceType, ...] = (
@@ -239,7 +266,7 @@ def api_resource_list_document(group: str, version: str) -> dict[str, Any] | Non
     served: Iterable[ResourceType] = [
         r for r in RESOURCES if r.group == group and r.version == version
     ]
-    entries = [r.discovery_entry() for r in served]
+    entries = [entry for r in served for entry in r.discovery_entries()]
     if not entries:
         return None
     return {

@@ -26,12 +26,19 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from informer_bus.apiserver_sim import objects
+from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.lists import list_body, selectors
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
-from informer_bus.apiserver_sim.status import ApiError, bad_request, conflict, internal_error
+from informer_bus.apiserver_sim.status import (
+    ApiError,
+    bad_request,
+    conflict,
+    delete_success,
+    internal_error,
+)
 from informer_bus.apiserver_sim.watch_stream import WatchStreamer
 
 __all__ = ["ControlHandler", "HttpFront"]
@@ -40,6 +47,11 @@ log = logging.getLogger(__name__)
 
 ControlHandler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int, Any]]
 """``(method, action, json_body, query) -> (http_status, json_document)`` for ``/_sim/*``."""
+
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+"""The Kubernetes verb of a request by HTTP method (a collection's DELETE is
+``deletecollection``)."""
+_MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -113,6 +125,8 @@ class HttpFront:
         self.faults = faults
         self.settings = settings
         self.control = control
+        self.conflicts = ConflictCounter()
+        """Every 409 answered, by resource, verb and reason (kept across restarts)."""
         self._watches = WatchStreamer(state, faults, settings)
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
@@ -293,8 +307,11 @@ class HttpFront:
                 self._send_json(h, 200, doc)
                 return
         route = parse_route(segs, query)
-        if route.subresource not in (None, "status"):
-            raise NotFoundPath()
+        if route.subresource is not None:
+            if route.subresource != "status" or not route.resource.status_subresource:
+                raise NotFoundPath()
+            if method not in ("GET", "PUT", "PATCH"):
+                raise _method_not_allowed()
         handler = {
             ("GET", False): self._list_or_watch,
             ("GET", True): self._get,
@@ -305,12 +322,21 @@ class HttpFront:
             ("DELETE", False): self._delete_collection,
         }.get((method, route.name is not None))
         if handler is None:
-            raise ApiError(
-                405,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
-        handler(h, route, query, raw)
+            raise _method_not_allowed()
+        try:
+            handler(h, route, query, raw)
+        except ApiError as error:
+            if error.code == 409:
+                self._count_conflict(method, route, error)
+            raise
+
+    def _count_conflict(self, method: str, route: Route, error: ApiError) -> None:
+        """Count a 409 before it is answered, so a client that got it finds it counted."""
+        resource = route.resource.qualified
+        if route.subresource:
+            resource += "/" + route.subresource
+        verb = "deletecollection" if method == "DELETE" and not route.name else _VERBS[method]
+        self.conflicts.record(resource, verb, error.reason)
 
     @staticmethod
     def _manager(h: _Handler, query: dict[str, str]) -> str:
@@ -353,20 +379,18 @@ class HttpFront:
 
     def _replace(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         body = self._json_body(raw)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be an object")
         resource = route.resource
         manager = self._manager(h, query)
-        name = route.name or ""
+        scope = _scope(route)
+        metadata = body.get("metadata")
+        given = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
 
-        def mutate(old: dict[str, Any]) -> dict[str, Any]:
-            if not isinstance(body, dict):
-                raise bad_request("the body of the request must be an object")
-            given = (body.get("metadata") or {}).get("resourceVersion")
-            if given and given != old["metadata"]["resourceVersion"]:
-                raise conflict(resource.plural, name, resource.group)
-            new = body
-            if route.subresource == "status":
-                new = {**old, "status": body.get("status")}
-            return objects.prepare_update(resource, old, new, manager)
+        def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
+            _check_version(route, given, old)
+            new = objects.prepare_update(resource, old, body, manager, scope=scope)
+            return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)
@@ -376,37 +400,38 @@ class HttpFront:
         patch = self._json_body(raw)
         resource = route.resource
         manager = self._manager(h, query)
-        name = route.name or ""
-        if content_type == "application/json-patch+json":
-            apply: Callable[[Any, Any], Any] = objects.apply_json_patch
-        elif content_type in (
-            "application/merge-patch+json",
-            "application/strategic-merge-patch+json",
-        ):
-            apply = objects.apply_merge_patch
-        else:
+        scope = _scope(route)
+        accepted = ["application/json-patch+json", "application/merge-patch+json"]
+        if not resource.custom:
+            accepted.append("application/strategic-merge-patch+json")
+        if content_type not in accepted:
             raise ApiError(
                 415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                "accepted media types include: application/json-patch+json, "
-                "application/merge-patch+json, application/strategic-merge-patch+json",
+                f"accepted media types include: {', '.join(accepted)}",
             )  # fmt: skip
+        apply: Callable[[Any, Any], Any] = (
+            objects.apply_merge_patch if content_type in _MERGE_PATCHES
+            else objects.apply_json_patch
+        )  # fmt: skip
 
-        def mutate(old: dict[str, Any]) -> dict[str, Any]:
-            current_rv = old["metadata"]["resourceVersion"]
+        def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
+            # The patch applies to the whole stored object (a status patch may carry a
+            # resourceVersion in its metadata); the scope then keeps what it may not change.
             new = apply(old, patch)
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patch removed the object's metadata")
-            given = new["metadata"].get("resourceVersion")
-            if given and given != current_rv:
-                raise conflict(resource.plural, name, resource.group)
-            return objects.prepare_update(resource, old, new, manager)
+            _check_version(route, new["metadata"].get("resourceVersion"), old)
+            new = objects.prepare_update(resource, old, new, manager, scope=scope)
+            return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
         self._send(h, 200, stored.raw)
 
     def _delete(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         resource = route.resource
-        options = self._json_body(raw) if raw else {}
+        options = self._json_body(raw) if raw else None
+        if not isinstance(options or {}, dict):
+            raise bad_request("the body of a DELETE must be DeleteOptions (an object)")
         pre = (options or {}).get("preconditions") or {}
         name = route.name or ""
 
@@ -419,7 +444,11 @@ class HttpFront:
                                "the UID in the precondition does not match")  # fmt: skip
 
         stored = self.state.delete(resource, route.key(), check)
-        self._send(h, 200, stored.raw)
+        if resource.returns_deleted_object:
+            self._send(h, 200, stored.raw)
+        else:
+            done = delete_success(resource.plural, name, resource.group, stored.uid)
+            self._send_json(h, 200, done)
 
     def _delete_collection(
         self, h: _Handler, route: Route, query: dict[str, str], raw: bytes
@@ -439,3 +468,22 @@ class HttpFront:
              "metadata": {"resourceVersion": str(self.state.resource_version)}}
         )  # fmt: skip
         self._send(h, 200, head[:-1] + b',"items":[' + b",".join(deleted) + b"]}")
+
+
+def _scope(route: Route) -> objects.Scope:
+    """What a write through ``route`` may change (see :data:`objects.Scope`)."""
+    return "status" if route.subresource == "status" else "main"
+
+
+def _check_version(route: Route, given: Any, old: dict[str, Any]) -> None:
+    """Optimistic concurrency: a write that names a resourceVersion other than the stored one
+    is refused with 409 Conflict; one that names none is unconditional."""
+    if given and str(given) != old["metadata"]["resourceVersion"]:
+        resource = route.resource
+        raise conflict(resource.plural, route.name or "", resource.group)
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self, TypedDict, Unpack
 
 from informer_bus.apiserver_sim import objects
+from informer_bus.apiserver_sim.conflicts import ConflictTable, total_conflicts
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.load import ChurnStats, churn, populate
 from informer_bus.apiserver_sim.resources import (
@@ -58,6 +59,7 @@ def _widget_crd() -> dict[str, Any]:
                     "name": WIDGETS.version,
                     "served": True,
                     "storage": True,
+                    "subresources": {"status": {}},
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -201,6 +203,16 @@ class Simulator(StartStop):
     def watches_served(self) -> int:
         """Watches ever opened, for tests that check how many watches a pipeline costs."""
         return self.state.watches_served
+
+    def conflicts(self) -> ConflictTable:
+        """Every 409 answered so far over HTTP, as ``{resource: {verb: {reason: count}}}``
+        (:data:`~informer_bus.apiserver_sim.conflicts.ConflictTable`; ``{}``: none). A
+        controller test asserts it stayed ``{}``: a client that retries 409s hides them."""
+        return self.front.conflicts.snapshot()
+
+    def reset_conflicts(self) -> ConflictTable:
+        """Count 409s from zero again; returns what was counted until now."""
+        return self.front.conflicts.reset()
 
     # ------------------------------------------------------------ faults
 
@@ -366,11 +378,10 @@ class Simulator(StartStop):
         except (KeyError, ValueError, TypeError) as exc:
             raise bad_request(f"/_sim/{action}: {exc}") from None
 
-    def _control_action(  # noqa: C901 - a flat table of control actions
-        self, method: str, action: str, args: dict[str, Any]
-    ) -> tuple[int, Any]:
+    def _control_read(self, action: str, args: dict[str, Any]) -> tuple[int, Any] | None:
+        """The GET actions (``None``: not one of them)."""
         rv = self.state.resource_version
-        if method == "GET" and action in ("stats", "faults", ""):
+        if action in ("stats", "faults", ""):
             snap = self.faults.snapshot()
             return 200, {
                 "resourceVersion": str(rv),
@@ -378,11 +389,24 @@ class Simulator(StartStop):
                 "historyEvents": self.state.history_size,
                 "activeWatches": self.state.active_watches,
                 "connections": self.front.connections,
+                "conflicts": self.front.conflicts.total(),
                 "faults": snap.__dict__,
             }
-        if method == "GET" and action == "ground-truth":
+        if action == "conflicts":
+            table = self.conflicts()
+            return 200, {"conflicts": table, "total": total_conflicts(table)}
+        if action == "ground-truth":
             res = args.get("resource", "pods")
             return 200, {"resourceVersion": str(rv), "objects": self.ground_truth(res)}
+        return None
+
+    def _control_action(  # noqa: C901 - a flat table of control actions
+        self, method: str, action: str, args: dict[str, Any]
+    ) -> tuple[int, Any]:
+        if method == "GET":
+            answer = self._control_read(action, args)
+            if answer is not None:
+                return answer
         if method != "POST":
             raise ApiError(405, "MethodNotAllowed", f"use POST for /_sim/{action}")
         if action == "drop-watches":
@@ -440,6 +464,9 @@ class Simulator(StartStop):
         if action == "slow":
             self.slow_responses(float(args["seconds"]))
             return 200, {"slow": float(args["seconds"])}
+        if action == "reset-conflicts":
+            table = self.reset_conflicts()
+            return 200, {"conflicts": table, "total": total_conflicts(table)}
         if action == "reset-faults":
             self.faults.reset()
             return 200, {"reset": True}

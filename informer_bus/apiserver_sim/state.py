@@ -321,17 +321,22 @@ class ClusterState:
         self,
         resource: ResourceType,
         key: str,
-        mutate: Callable[[dict[str, Any]], dict[str, Any]],
+        mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
         *,
         silent: bool = False,
     ) -> StoredObject:
-        """Read-modify-write one object atomically; ``mutate`` may raise an ``ApiError``."""
+        """Read-modify-write one object atomically; ``mutate`` may raise an ``ApiError``, or
+        return ``None`` for a write that changes nothing: then no revision is made (no new
+        resourceVersion, no event) and the stored one is returned, as etcd's guaranteed
+        update skips a write of identical bytes."""
         with self._lock:
             coll = self._collections[resource]
             old = coll.current.get(key)
             if old is None:
                 raise _not_found(resource, key)
             new = mutate(old.decode())
+            if new is None:
+                return old
             stored = self._store(resource, key, new, "MODIFIED", prev=old, silent=silent)
             coll.current[key] = stored
             self._append(coll, stored)

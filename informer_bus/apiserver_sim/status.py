@@ -16,6 +16,7 @@ __all__ = [
     "already_exists",
     "bad_request",
     "conflict",
+    "delete_success",
     "expired",
     "internal_error",
     "invalid",
@@ -74,6 +75,16 @@ def _details(name: str, plural: str, group: str) -> dict[str, Any]:
     if group:
         details["group"] = group
     return details
+
+
+def delete_success(plural: str, name: str, group: str, uid: str) -> dict[str, Any]:
+    """What a DELETE answers for most types (not pods or namespaces, which return the object):
+    a ``Success`` Status naming what went, so a client can tell it is gone, not waiting on
+    finalizers."""
+    details = _details(name, plural, group)
+    details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}  # fmt: skip
 
 
 def not_found(plural: str, name: str, group: str = "") -> ApiError:

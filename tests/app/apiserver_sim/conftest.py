@@ -24,6 +24,11 @@ def v1(api: ApiClient) -> client.CoreV1Api:
 
 
 @pytest.fixture
+def custom(api: ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
 def http() -> Iterator[urllib3.PoolManager]:
     pool = urllib3.PoolManager()
     try:
@@ -62,4 +67,13 @@ def pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+def widget(name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
     }

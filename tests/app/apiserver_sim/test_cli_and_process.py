@@ -92,4 +92,12 @@ def test_subprocess_runner_serves_the_official_client_and_control_endpoints() ->
             assert int(proc.stats()["compactedResourceVersion"]) >= int(
                 v1.list_pod_for_all_namespaces().metadata.resource_version
             )
+            # 409s are counted in the child and read over /_sim/conflicts.
+            with pytest.raises(client.ApiException) as exc:
+                v1.create_namespace({"metadata": {"name": "default"}})
+            assert exc.value.status == 409
+            counted = {"namespaces": {"create": {"AlreadyExists": 1}}}
+            assert proc.conflicts() == counted
+            assert proc.reset_conflicts() == counted
+            assert proc.conflicts() == {}
         assert proc.stop() == 0
