@@ -133,10 +133,15 @@ class Controller(abc.ABC):
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
+        self.resource = context.resource
+        """The primary resource: its keys are the queue keys."""
+        self._listers: dict[str, Lister] = {self.resource: self.lister}
+        """The resources whose events this controller hears, so whose writes it can expect."""
         self.barrier = WriteBarrier(
-            cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout
+            cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout,
+            resource=self.resource,
         )
-        """The keys whose cache must first show this controller's own last write."""
+        """The keys whose caches must first show this controller's own last writes."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -158,34 +163,68 @@ class Controller(abc.ABC):
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
         key = self.key_of(obj)
-        self.barrier.observe(key, obj, deleted=False)
+        self._observe(self.resource, key, obj, False)
         self.enqueue(key)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         key = self.key_of(new)
-        self.barrier.observe(key, new, deleted=False)  # it reached the cache, filtered or not
+        self._observe(self.resource, key, new, False)  # it reached the cache, filtered or not
         if all(predicate(old, new) for predicate in self.predicates):
             self.enqueue(key)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         key = self.key_of(obj)
-        self.barrier.observe(key, obj, deleted=True)
+        self._observe(self.resource, key, obj, True)
         self.enqueue(key)
+
+    def _observe(
+        self, resource: str, object_key: str, obj: Obj | DeletedFinalStateUnknown, deleted: bool
+    ) -> None:
+        """Every event of a watched resource, before its predicates: the cache moved. Keys
+        the barrier held back until this write showed are queued again at once."""
+        for key in self.barrier.observe(object_key, obj, deleted=deleted, resource=resource):
+            self.queue.add(key)
 
     def key_of(self, obj: Obj | DeletedFinalStateUnknown) -> str:
         """The queue key of an object or tombstone (client-go's DeletionHandling key func)."""
         return deletion_handling_meta_namespace_key(obj)
 
-    def expect_version(self, key: str, resource_version: str) -> None:
-        """Call after a reconcile of ``key`` wrote it: ``key`` is not reconciled again until
-        the cache holds ``resource_version`` (what the API returned for the write) or later
-        (:mod:`processor_svc.write_barrier`)."""
-        self.barrier.expect(key, resource_version)
+    def expect_version(
+        self,
+        key: str,
+        resource_version: str,
+        *,
+        resource: str | None = None,
+        object_key: str | None = None,
+    ) -> None:
+        """Call after a reconcile of ``key`` wrote ``object_key`` (default: ``key`` itself) of
+        ``resource`` (default: the primary): ``key`` is not reconciled again until that cache
+        holds ``resource_version`` (what the API returned for the write) or later, and every
+        other expectation of ``key`` is met (:mod:`processor_svc.write_barrier`).
+        ``ValueError`` for a resource whose events this controller does not hear."""
+        self.barrier.expect(
+            key, resource_version, resource=self._expected_resource(resource), object_key=object_key
+        )
 
-    def expect_deleted(self, key: str) -> None:
-        """Call after a reconcile deleted ``key``'s object: ``key`` is not reconciled again
-        until the cache no longer holds it."""
-        self.barrier.expect_deleted(key)
+    def expect_deleted(
+        self, key: str, *, resource: str | None = None, object_key: str | None = None
+    ) -> None:
+        """Call after a reconcile of ``key`` deleted ``object_key`` (default: ``key`` itself)
+        of ``resource`` (default: the primary): ``key`` is not reconciled again until that
+        cache no longer holds it, and every other expectation of ``key`` is met."""
+        self.barrier.expect_deleted(
+            key, resource=self._expected_resource(resource), object_key=object_key
+        )
+
+    def _expected_resource(self, resource: str | None) -> str:
+        if resource is None:
+            return self.resource
+        if resource not in self._listers:
+            raise ValueError(
+                f"{self.name}: cannot expect a write of {resource!r}: this controller hears the "
+                f"events of {', '.join(self._listers)} only (declare it with Owns or Watches)"
+            )
+        return resource
 
     def enqueue(self, key: str) -> None:
         """Queue ``key`` for reconciling; a no-op if it is already waiting or after stop."""
@@ -282,9 +321,9 @@ class Controller(abc.ABC):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
             return
-        verdict = self.barrier.check(key, lambda: self.lister.get_by_key(key))
+        verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
-            # The event that brings our write enqueues the key again; the deadline, if not.
+            # The event that brings the last write releases the key; the deadline, if not.
             remaining = self.barrier.remaining(key)
             if remaining is not None:
                 self.queue.add_after(key, remaining)
@@ -303,6 +342,9 @@ class Controller(abc.ABC):
             self._handle_error(key, exc)
         else:
             self._forget(key)
+
+    def _read_cache(self, resource: str, object_key: str) -> Obj | None:
+        return self._listers[resource].get_by_key(object_key)
 
     def _shard_moved_away(self, key: str) -> bool:
         if not self.reconcile_only_owned or self.lister.shard_count is None:
