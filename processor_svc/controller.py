@@ -45,14 +45,22 @@ import abc
 import re
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
 from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
-from processor_svc.handlers import HandlerContext, Lister
+from processor_svc.handlers import (
+    DeclaresResources,
+    HandlerContext,
+    Lister,
+    ResourceUse,
+    ServesResources,
+)
 from processor_svc.predicates import UpdatePredicate
+from processor_svc.watches import Binding, Declarations
 from processor_svc.write_barrier import DEFAULT_TIMEOUT, Verdict, WriteBarrier
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
@@ -100,6 +108,18 @@ class Controller(abc.ABC):
     reconcile_only_owned: bool = True
     write_barrier_timeout: float = DEFAULT_TIMEOUT
     predicates: tuple[UpdatePredicate, ...] = ()
+    _declarations: ClassVar[Declarations] = Declarations()
+    """The class's ``For``/``Owns``/``Watches``, collected (and checked) when it is defined."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._declarations = Declarations.of(cls)
+
+    @classmethod
+    def declared_resources(cls) -> Sequence[ResourceUse]:
+        """The resources this class declares, the ``For`` first (``DeclaresResources``): the
+        processor serves them without ``--resource``. Empty without declarations."""
+        return cls._declarations.uses()
 
     def __init__(
         self,
@@ -115,9 +135,20 @@ class Controller(abc.ABC):
         predicates: tuple[UpdatePredicate, ...] | None = None,
     ) -> None:
         self.context = context
-        self.lister: Lister = context.lister
         # Instance attributes shadow the class defaults, so each instance shows what it uses.
         cls = type(self)
+        declarations = cls._declarations
+        primary = declarations.primary
+        self.resource = context.resource if primary is None else primary.resource
+        """The primary resource: its keys are the queue keys."""
+        self._listers: dict[str, Lister] = (
+            {self.resource: context.lister}
+            if primary is None
+            else declarations.listers(context, cls.__qualname__)
+        )
+        """The resources whose events this controller hears, so whose writes it can expect."""
+        self.lister: Lister = self._listers[self.resource]
+        """The primary's lister."""
         self.name = name or cls.name or _snake_case(cls.__name__)
         self.workers = cls.workers if workers is None else workers
         self.max_retries = cls.max_retries if max_retries is None else max_retries
@@ -129,19 +160,29 @@ class Controller(abc.ABC):
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        self.predicates = tuple(cls.predicates if predicates is None else predicates)
+        self.predicates = tuple(cls.predicates if predicates is None else predicates) + (
+            () if primary is None else primary.predicates
+        )
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
-        self.resource = context.resource
-        """The primary resource: its keys are the queue keys."""
-        self._listers: dict[str, Lister] = {self.resource: self.lister}
-        """The resources whose events this controller hears, so whose writes it can expect."""
         self.barrier = WriteBarrier(
             cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout,
             resource=self.resource,
         )
         """The keys whose caches must first show this controller's own last writes."""
+        binding = Binding(
+            controller=self,
+            primary=self.resource,
+            primary_lister=self.lister,
+            layouts=context.layouts,
+            enqueue=self.enqueue,
+            observe=self._observe,
+        )
+        self._handlers: dict[str, ResourceEventHandler] = {
+            self.resource: self,
+            **{d.resource: d.handler(binding) for d in declarations.others},
+        }
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -184,6 +225,11 @@ class Controller(abc.ABC):
         the barrier held back until this write showed are queued again at once."""
         for key in self.barrier.observe(object_key, obj, deleted=deleted, resource=resource):
             self.queue.add(key)
+
+    def resource_handlers(self) -> Mapping[str, ResourceEventHandler]:
+        """The event handler of each resource it watches (``ServesResources``): itself for the
+        primary's events, one per ``Owns``/``Watches`` (:mod:`processor_svc.watches`)."""
+        return dict(self._handlers)
 
     def key_of(self, obj: Obj | DeletedFinalStateUnknown) -> str:
         """The queue key of an object or tombstone (client-go's DeletionHandling key func)."""
@@ -378,3 +424,9 @@ if TYPE_CHECKING:
 
     def _controller_is_a_handler(controller: Controller) -> ResourceEventHandler:
         return controller
+
+    def _controller_serves_resources(controller: Controller) -> ServesResources:
+        return controller
+
+    def _controller_class_declares_resources(cls: type[Controller]) -> DeclaresResources:
+        return cls
