@@ -61,9 +61,13 @@ from processor_svc.handlers import (
 )
 from processor_svc.predicates import UpdatePredicate
 from processor_svc.watches import Binding, Declarations
-from processor_svc.write_barrier import DEFAULT_TIMEOUT, Verdict, WriteBarrier
+from processor_svc.write_barrier import DEFAULT_TIMEOUT, Expectation, Verdict, WriteBarrier
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
+
+_FIELD_SEPARATOR = " "
+"""Between the controller's name and the key in a saved field (names have no whitespace), so
+that controllers of one processor group with the same primary keep their own expectations."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -150,6 +154,9 @@ class Controller(abc.ABC):
         self.lister: Lister = self._listers[self.resource]
         """The primary's lister."""
         self.name = name or cls.name or _snake_case(cls.__name__)
+        if not self.name or any(c.isspace() for c in self.name):
+            # It starts the fields of its persisted expectations, before a space.
+            raise ValueError(f"name must be non-empty and without whitespace, got {self.name!r}")
         self.workers = cls.workers if workers is None else workers
         self.max_retries = cls.max_retries if max_retries is None else max_retries
         self.wait_for_sync = cls.wait_for_sync if wait_for_sync is None else wait_for_sync
@@ -169,6 +176,7 @@ class Controller(abc.ABC):
         self.barrier = WriteBarrier(
             cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout,
             resource=self.resource,
+            on_change=self._expectations_changed,
         )
         """The keys whose caches must first show this controller's own last writes."""
         binding = Binding(
@@ -184,6 +192,9 @@ class Controller(abc.ABC):
             **{d.resource: d.handler(binding) for d in declarations.others},
         }
         self._lock = threading.Lock()
+        # Serialises saving a key's expectations with reading them, so that the last save of a
+        # key writes its latest state, whichever thread changed it last.
+        self._save_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -279,6 +290,60 @@ class Controller(abc.ABC):
     def enqueue_after(self, key: str, delay_seconds: float) -> None:
         """Queue ``key`` after a delay, e.g. to re-check something that is expected to change."""
         self.queue.add_after(key, delay_seconds)
+
+    # --- following shard ownership (ShardAware) ------------------------------------------------
+
+    def shards_acquired(self, shards: Sequence[int]) -> None:
+        """The processor owns ``shards`` now (before their events are delivered): load the
+        expectations their previous owner saved, so that no key of theirs is reconciled on a
+        cache older than that owner's last write. What the barrier held for keys of those shards
+        is replaced by what the store holds. A loaded key is queued for when its earliest
+        expectation expires, so its expectations are settled (and forgotten in the store) even
+        if no event queues it. Raises what the store raises (Redis unreachable)."""
+        store = self.context.expectations
+        if store is None:
+            return
+        acquired = set(shards)
+        loaded: dict[str, list[Expectation]] = {}
+        for shard in sorted(acquired):
+            for field, expectations in store.load(shard).items():
+                name, _, key = field.partition(_FIELD_SEPARATOR)
+                if name == self.name and key:
+                    loaded[key] = [e for e in expectations if e.resource in self._listers]
+        for key in self.barrier.pending_keys():
+            if key not in loaded and self.lister.shard_of(key) in acquired:
+                self.barrier.forget(key)
+        for key, expectations in loaded.items():
+            self.barrier.restore(key, expectations)
+            remaining = self.barrier.remaining(key)
+            if remaining is not None:
+                self.queue.add_after(key, remaining)
+        if loaded:
+            self.logger.info(
+                "loaded the write expectations of %d keys of shards %s",
+                len(loaded), sorted(acquired), extra={"controller": self.name},
+            )  # fmt: skip
+
+    def _expectations_changed(self, key: str) -> None:
+        """Save ``key``'s expectations for its shard's next owner (module docstring of
+        :mod:`processor_svc.expectations`). A key whose shard its key does not tell (a primary
+        sharded by owner or label) is not saved: its expectations stay in this process."""
+        store = self.context.expectations
+        if store is None:
+            return
+        shard = self.lister.shard_of(key)
+        if shard is None:
+            return
+        with self._save_lock:
+            expectations = self.barrier.expectations(key)
+            try:
+                store.save(shard, f"{self.name}{_FIELD_SEPARATOR}{key}", expectations)
+            except Exception as exc:
+                # The barrier still holds them here; only a next owner would miss them.
+                self.logger.warning(
+                    "could not save the write expectations of %s: %s: %s",
+                    key, type(exc).__name__, exc, extra={"controller": self.name, "key": key},
+                )  # fmt: skip
 
     # --- retries -------------------------------------------------------------------------------
 

@@ -290,7 +290,7 @@ class WriteBarrier:
             pending = self._expected.get(key, {})
             return [pending[slot] for slot in sorted(pending)]
 
-    def keys(self) -> list[str]:
+    def pending_keys(self) -> list[str]:
         """The keys that have pending expectations."""
         with self._lock:
             return list(self._expected)
