@@ -21,13 +21,26 @@ Usage, as a ``--handler`` target (``--handler mypkg.controllers:ReplicaChecker``
                 return
             ...  # make the world match obj; raise to retry with backoff
 
+A controller of several resources declares them as class attributes (``For``, ``Owns``,
+``Watches``: :mod:`processor_svc.watches`); without declarations its primary is the processor's
+resource and the controller itself handles that resource's events, as above.
+
+Across processes, a controller follows shard ownership (``ShardAware``): a hand-over first
+stops its keys from being reconciled here (:meth:`Controller.shards_leaving`), then waits for
+the reconciles in progress (:meth:`Controller.wait_shards_idle`) before the leases go, so two
+processors never reconcile one key at once; the next owner loads the expectations of the last
+owner's writes (:meth:`Controller.shards_acquired`, :mod:`processor_svc.expectations`) and
+reconciles a key only once the caches of its shard are loaded.
+
 Lifecycle: construction creates the queue (which starts its own timer thread). Workers start in
 :meth:`Controller.start`, called by the processor (``handlers.start_handlers``) before the first
 shard is attached; events that arrive earlier are queued, not lost. They were deliberately not
 started lazily on the first event: the thread count of a process should not depend on whether
 traffic happened, and the worker threads must be stopped by someone who knows they exist.
-By default each worker first waits for the lister's cache sync, as client-go controllers wait
-for ``HasSynced``, so a reconcile never judges a half-loaded cache. :meth:`Controller.stop`
+By default each worker first waits for every served resource's cache sync, as client-go
+controllers wait for ``HasSynced`` of each informer, and then reconciles a key only once the
+caches of its shard are loaded (a takeover reloads one shard while the others serve), so a
+reconcile never judges a half-loaded cache. :meth:`Controller.stop`
 shuts the queue down, lets workers finish the key in hand and the keys already queued (client-go's
 drain), drops retries that are not due yet, and joins the workers; always call it, even if the
 controller was never started.
@@ -45,6 +58,7 @@ import abc
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -58,6 +72,7 @@ from processor_svc.handlers import (
     Lister,
     ResourceUse,
     ServesResources,
+    ShardAware,
 )
 from processor_svc.predicates import UpdatePredicate
 from processor_svc.watches import Binding, Declarations
@@ -68,6 +83,9 @@ __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
 _FIELD_SEPARATOR = " "
 """Between the controller's name and the key in a saved field (names have no whitespace), so
 that controllers of one processor group with the same primary keep their own expectations."""
+
+KEY_SYNC_RETRY_SECONDS = 0.1
+"""How soon a key whose shard's caches are still loading is tried again."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -92,17 +110,24 @@ class Controller(abc.ABC):
       key starts over.
     * ``rate_limiter``: spaces the retries. Default: the queue's own limiter, which the context's
       workqueue factory chose (client-go's default controller rate limiter unless configured).
-    * ``wait_for_sync``: workers wait for the lister's cache sync before the first reconcile.
-    * ``reconcile_only_owned``: when the lister knows the shard count, skip (and forget) a key
-      whose shard this processor no longer owns, because the lister would show it as absent
-      although it was only handed over; its new owner re-delivers and reconciles it. Turn it off
-      if you enqueue keys that are not keys of this resource (e.g. an owner's key).
+    * ``wait_for_sync``: workers wait for every served resource's cache before the first
+      reconcile, and a key until the caches of its shard are loaded
+      (``HandlerContext.synced_for``; meanwhile it is tried again every
+      :data:`KEY_SYNC_RETRY_SECONDS`, which is not a failure).
+    * ``reconcile_only_owned``: skip (and forget) a key whose shard this processor no longer
+      owns, because the lister would show it as absent although it was only handed over; its
+      new owner re-delivers and reconciles it. Applies to keys whose shard the primary's lister
+      can tell (``Lister.shard_of``); turn it off if you enqueue keys that are not keys of the
+      primary. Keys of a shard being handed over (:meth:`shards_leaving`) are skipped
+      regardless.
     * ``predicates``: update events reach the queue only if every one of these
       (:mod:`processor_svc.predicates`, e.g. ``generation_changed``) passes; additions and
       deletions always do. Default: none, every update is queued.
     * ``write_barrier_timeout``: after a reconcile called :meth:`expect_version` or
       :meth:`expect_deleted`, how long the key may wait for the cache to show that write before
-      it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`).
+      it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`). With the
+      context's ``expectations`` store, every change is saved for the key's shard, so its next
+      owner honours them too.
     """
 
     name: str = ""
@@ -195,6 +220,11 @@ class Controller(abc.ABC):
         # Serialises saving a key's expectations with reading them, so that the last save of a
         # key writes its latest state, whichever thread changed it last.
         self._save_lock = threading.Lock()
+        # Guards the shards being handed over and the reconciles running per shard (None: of
+        # keys that do not tell their shard); notified whenever a reconcile ends.
+        self._ownership = threading.Condition()
+        self._leaving: set[int] = set()
+        self._running: Counter[int | None] = Counter()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -300,10 +330,12 @@ class Controller(abc.ABC):
         is replaced by what the store holds. A loaded key is queued for when its earliest
         expectation expires, so its expectations are settled (and forgotten in the store) even
         if no event queues it. Raises what the store raises (Redis unreachable)."""
+        acquired = set(shards)
+        with self._ownership:
+            self._leaving -= acquired
         store = self.context.expectations
         if store is None:
             return
-        acquired = set(shards)
         loaded: dict[str, list[Expectation]] = {}
         for shard in sorted(acquired):
             for field, expectations in store.load(shard).items():
@@ -323,6 +355,32 @@ class Controller(abc.ABC):
                 "loaded the write expectations of %d keys of shards %s",
                 len(loaded), sorted(acquired), extra={"controller": self.name},
             )  # fmt: skip
+
+    def shards_leaving(self, shards: Sequence[int]) -> None:
+        """``shards`` are about to go to another processor: from now on their keys taken off
+        the queue are skipped and forgotten, as those of shards already gone are
+        (``reconcile_only_owned``). Does not block."""
+        with self._ownership:
+            self._leaving |= set(shards)
+
+    def wait_shards_idle(self, shards: Sequence[int], timeout: float) -> bool:
+        """Return ``True`` once no reconcile of a key of ``shards`` runs (nor of a key that does
+        not tell its shard, which might be one), ``False`` if that takes longer than
+        ``timeout`` seconds. The processor releases the shards' leases only then, so two
+        processors never reconcile one key at once. Once idle, the barrier drops what it held
+        for their keys: the store keeps it for their next owner."""
+        wanted = set(shards)
+        deadline = time.monotonic() + timeout
+        with self._ownership:
+            while None in self._running or not wanted.isdisjoint(self._running):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._ownership.wait(left)
+        for key in self.barrier.pending_keys():
+            if self.lister.shard_of(key) in wanted:
+                self.barrier.forget(key)
+        return True
 
     def _expectations_changed(self, key: str) -> None:
         """Save ``key``'s expectations for its shard's next owner (module docstring of
@@ -414,8 +472,8 @@ class Controller(abc.ABC):
     # --- workers -------------------------------------------------------------------------------
 
     def _run_worker(self) -> None:
-        if self.wait_for_sync and not self.lister.wait_for_cache_sync(stop=self._stop):
-            self.logger.info("stopped before the cache synced; not reconciling")
+        if self.wait_for_sync and not self.context.wait_for_cache_sync(stop=self._stop):
+            self.logger.info("stopped before the caches synced; not reconciling")
             return
         while True:
             try:
@@ -428,9 +486,34 @@ class Controller(abc.ABC):
                 self.queue.done(key)
 
     def _process(self, key: str) -> None:
-        if self._shard_moved_away(key):
+        shard = self.lister.shard_of(key)
+        # Deciding and counting under one lock: a hand-over either sees this reconcile running
+        # (wait_shards_idle waits for it) or this worker sees the shard leaving.
+        with self._ownership:
+            leaving = shard is not None and shard in self._leaving
+            if not leaving:
+                self._running[shard] += 1
+        if leaving:
+            self.logger.debug("skipping %s: its shard is being handed over", key)
+            self._forget(key)
+            return
+        try:
+            self._process_owned(key, shard)
+        finally:
+            with self._ownership:
+                self._running[shard] -= 1
+                if not self._running[shard]:
+                    del self._running[shard]
+                self._ownership.notify_all()
+
+    def _process_owned(self, key: str, shard: int | None) -> None:
+        if self._shard_moved_away(key, shard):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
+            return
+        if self.wait_for_sync and not self.context.synced_for(key):
+            # Its shard's caches are still loading (a takeover): not a failure, try again soon.
+            self.queue.add_after(key, KEY_SYNC_RETRY_SECONDS)
             return
         verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
@@ -457,8 +540,10 @@ class Controller(abc.ABC):
     def _read_cache(self, resource: str, object_key: str) -> Obj | None:
         return self._listers[resource].get_by_key(object_key)
 
-    def _shard_moved_away(self, key: str) -> bool:
-        if not self.reconcile_only_owned or self.lister.shard_count is None:
+    def _shard_moved_away(self, key: str, shard: int | None) -> bool:
+        """The key's shard is not attached here (``reconcile_only_owned``); a key that does not
+        tell its shard (``shard is None``) is never taken for moved."""
+        if not self.reconcile_only_owned or shard is None or self.lister.shard_count is None:
             return False
         return not self.lister.owns(key)
 
@@ -495,3 +580,6 @@ if TYPE_CHECKING:
 
     def _controller_class_declares_resources(cls: type[Controller]) -> DeclaresResources:
         return cls
+
+    def _controller_follows_shards(controller: Controller) -> ShardAware:
+        return controller
