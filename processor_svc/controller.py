@@ -85,7 +85,11 @@ _FIELD_SEPARATOR = " "
 that controllers of one processor group with the same primary keep their own expectations."""
 
 KEY_SYNC_RETRY_SECONDS = 0.1
-"""How soon a key whose shard's caches are still loading is tried again."""
+"""How soon a key whose shard's caches are still loading is first tried again; each further
+wait doubles, up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`."""
+KEY_SYNC_RETRY_MAX_SECONDS = 2.0
+"""The longest pause between two looks at a key whose shard's caches are still loading: a
+co-sharded resource whose reflector is slow must not make thousands of keys spin."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -112,8 +116,9 @@ class Controller(abc.ABC):
       workqueue factory chose (client-go's default controller rate limiter unless configured).
     * ``wait_for_sync``: workers wait for every served resource's cache before the first
       reconcile, and a key until the caches of its shard are loaded
-      (``HandlerContext.synced_for``; meanwhile it is tried again every
-      :data:`KEY_SYNC_RETRY_SECONDS`, which is not a failure).
+      (``HandlerContext.synced_for``; meanwhile it is tried again after
+      :data:`KEY_SYNC_RETRY_SECONDS`, doubling up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`, which
+      is not a failure).
     * ``reconcile_only_owned``: skip (and forget) a key whose shard this processor no longer
       owns, because the lister would show it as absent although it was only handed over; its
       new owner re-delivers and reconciles it. Applies to keys whose shard the primary's lister
@@ -225,6 +230,8 @@ class Controller(abc.ABC):
         self._ownership = threading.Condition()
         self._leaving: set[int] = set()
         self._running: Counter[int | None] = Counter()
+        self._sync_waits: dict[str, int] = {}
+        """Keys waiting for their shard's caches: how often each was put back."""
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -415,6 +422,9 @@ class Controller(abc.ABC):
         if self._rate_limiter is not None:
             self._rate_limiter.forget(key)
         self.queue.forget(key)
+        if self._sync_waits:  # a key skipped while it waited for its caches
+            with self._ownership:
+                self._sync_waits.pop(key, None)
 
     def _requeue_rate_limited(self, key: str) -> None:
         if self._rate_limiter is not None:
@@ -511,9 +521,7 @@ class Controller(abc.ABC):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
             return
-        if self.wait_for_sync and not self.context.synced_for(key):
-            # Its shard's caches are still loading (a takeover): not a failure, try again soon.
-            self.queue.add_after(key, KEY_SYNC_RETRY_SECONDS)
+        if self.wait_for_sync and not self._key_synced(key):
             return
         verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
@@ -536,6 +544,21 @@ class Controller(abc.ABC):
             self._handle_error(key, exc)
         else:
             self._forget(key)
+
+    def _key_synced(self, key: str) -> bool:
+        """Whether the caches of ``key``'s shard are loaded; if not, the key is added again
+        later (a takeover is loading them: not a failure, so not the rate limiter's business)."""
+        if self.context.synced_for(key):
+            if self._sync_waits:
+                with self._ownership:
+                    self._sync_waits.pop(key, None)
+            return True
+        with self._ownership:
+            waits = self._sync_waits.get(key, 0)
+            self._sync_waits[key] = waits + 1
+        delay = min(KEY_SYNC_RETRY_MAX_SECONDS, KEY_SYNC_RETRY_SECONDS * 2**waits)
+        self.queue.add_after(key, delay)
+        return False
 
     def _read_cache(self, resource: str, object_key: str) -> Obj | None:
         return self._listers[resource].get_by_key(object_key)

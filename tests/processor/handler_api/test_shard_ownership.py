@@ -145,18 +145,23 @@ def test_a_key_waits_for_its_shards_caches_without_counting_a_failure(
 ) -> None:
     loading, loaded = keys_of(0, 1)[0], keys_of(1, 1)[0]
     synced = {0: False, 1: True}
-    context = make_context(
-        owning_everything(), key_synced=lambda key: synced[shard_for(key, SHARDS)]
-    )
+    asked: list[str] = []
+
+    def key_synced(key: str) -> bool:
+        asked.append(key)
+        return synced[shard_for(key, SHARDS)]
+
+    context = make_context(owning_everything(), key_synced=key_synced)
     controller = Timed(context, [])
     controllers.append(controller)
     controller.start()
     controller.enqueue(loading)
     controller.enqueue(loaded)
     wait_until(lambda: controller.reconciled(loaded) == 1)  # other keys go on meanwhile
-    time.sleep(0.3)
+    time.sleep(0.8)
     assert controller.reconciled(loading) == 0
     assert controller.num_requeues(loading) == 0  # re-added, not rate limited
+    assert 2 <= asked.count(loading) <= 5  # after 0.1 s, then 0.2, 0.4: the pause doubles
     synced[0] = True  # the takeover's initial list is in
     wait_until(lambda: controller.reconciled(loading) == 1, timeout=2.0)
 
