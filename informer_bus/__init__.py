@@ -56,6 +56,7 @@ from processor_svc.predicates import (
     generation_changed,
     labels_changed,
 )
+from processor_svc.watches import DeclarationError, For, Owns, Watches
 
 __version__ = "0.1.0"
 
@@ -64,11 +65,13 @@ __all__ = [
     "FROM_NOW",
     "BucketRateLimiter",
     "Controller",
+    "DeclarationError",
     "DelayingQueue",
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
     "FilteringResourceEventHandler",
+    "For",
     "HandlerContext",
     "Indexer",
     "InvalidKeyError",
@@ -77,6 +80,7 @@ __all__ = [
     "Lister",
     "MaxOfRateLimiter",
     "Obj",
+    "Owns",
     "Queue",
     "QueueShutDown",
     "RateLimiter",
@@ -90,6 +94,7 @@ __all__ = [
     "SubscribedDelta",
     "Subscription",
     "UpdatePredicate",
+    "Watches",
     "annotations_changed",
     "any_of",
     "default_controller_rate_limiter",

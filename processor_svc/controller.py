@@ -21,13 +21,26 @@ Usage, as a ``--handler`` target (``--handler mypkg.controllers:ReplicaChecker``
                 return
             ...  # make the world match obj; raise to retry with backoff
 
+A controller of several resources declares them as class attributes (``For``, ``Owns``,
+``Watches``: :mod:`processor_svc.watches`); without declarations its primary is the processor's
+resource and the controller itself handles that resource's events, as above.
+
+Across processes, a controller follows shard ownership (``ShardAware``): a hand-over first
+stops its keys from being reconciled here (:meth:`Controller.shards_leaving`), then waits for
+the reconciles in progress (:meth:`Controller.wait_shards_idle`) before the leases go, so two
+processors never reconcile one key at once; the next owner loads the expectations of the last
+owner's writes (:meth:`Controller.shards_acquired`, :mod:`processor_svc.expectations`) and
+reconciles a key only once the caches of its shard are loaded.
+
 Lifecycle: construction creates the queue (which starts its own timer thread). Workers start in
 :meth:`Controller.start`, called by the processor (``handlers.start_handlers``) before the first
 shard is attached; events that arrive earlier are queued, not lost. They were deliberately not
 started lazily on the first event: the thread count of a process should not depend on whether
 traffic happened, and the worker threads must be stopped by someone who knows they exist.
-By default each worker first waits for the lister's cache sync, as client-go controllers wait
-for ``HasSynced``, so a reconcile never judges a half-loaded cache. :meth:`Controller.stop`
+By default each worker first waits for every served resource's cache sync, as client-go
+controllers wait for ``HasSynced`` of each informer, and then reconciles a key only once the
+caches of its shard are loaded (a takeover reloads one shard while the others serve), so a
+reconcile never judges a half-loaded cache. :meth:`Controller.stop`
 shuts the queue down, lets workers finish the key in hand and the keys already queued (client-go's
 drain), drops retries that are not due yet, and joins the workers; always call it, even if the
 controller was never started.
@@ -45,17 +58,38 @@ import abc
 import re
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
 from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
-from processor_svc.handlers import HandlerContext, Lister
+from processor_svc.handlers import (
+    DeclaresResources,
+    HandlerContext,
+    Lister,
+    ResourceUse,
+    ServesResources,
+    ShardAware,
+)
 from processor_svc.predicates import UpdatePredicate
-from processor_svc.write_barrier import DEFAULT_TIMEOUT, Verdict, WriteBarrier
+from processor_svc.watches import Binding, Declarations
+from processor_svc.write_barrier import DEFAULT_TIMEOUT, Expectation, Verdict, WriteBarrier
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
+
+_FIELD_SEPARATOR = " "
+"""Between the controller's name and the key in a saved field (names have no whitespace), so
+that controllers of one processor group with the same primary keep their own expectations."""
+
+KEY_SYNC_RETRY_SECONDS = 0.1
+"""How soon a key whose shard's caches are still loading is first tried again; each further
+wait doubles, up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`."""
+KEY_SYNC_RETRY_MAX_SECONDS = 2.0
+"""The longest pause between two looks at a key whose shard's caches are still loading: a
+co-sharded resource whose reflector is slow must not make thousands of keys spin."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -80,17 +114,25 @@ class Controller(abc.ABC):
       key starts over.
     * ``rate_limiter``: spaces the retries. Default: the queue's own limiter, which the context's
       workqueue factory chose (client-go's default controller rate limiter unless configured).
-    * ``wait_for_sync``: workers wait for the lister's cache sync before the first reconcile.
-    * ``reconcile_only_owned``: when the lister knows the shard count, skip (and forget) a key
-      whose shard this processor no longer owns, because the lister would show it as absent
-      although it was only handed over; its new owner re-delivers and reconciles it. Turn it off
-      if you enqueue keys that are not keys of this resource (e.g. an owner's key).
+    * ``wait_for_sync``: workers wait for every served resource's cache before the first
+      reconcile, and a key until the caches of its shard are loaded
+      (``HandlerContext.synced_for``; meanwhile it is tried again after
+      :data:`KEY_SYNC_RETRY_SECONDS`, doubling up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`, which
+      is not a failure).
+    * ``reconcile_only_owned``: skip (and forget) a key whose shard this processor no longer
+      owns, because the lister would show it as absent although it was only handed over; its
+      new owner re-delivers and reconciles it. Applies to keys whose shard the primary's lister
+      can tell (``Lister.shard_of``); turn it off if you enqueue keys that are not keys of the
+      primary. Keys of a shard being handed over (:meth:`shards_leaving`) are skipped
+      regardless.
     * ``predicates``: update events reach the queue only if every one of these
       (:mod:`processor_svc.predicates`, e.g. ``generation_changed``) passes; additions and
       deletions always do. Default: none, every update is queued.
     * ``write_barrier_timeout``: after a reconcile called :meth:`expect_version` or
       :meth:`expect_deleted`, how long the key may wait for the cache to show that write before
-      it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`).
+      it is retried anyway (default 30 s; :mod:`processor_svc.write_barrier`). With the
+      context's ``expectations`` store, every change is saved for the key's shard, so its next
+      owner honours them too.
     """
 
     name: str = ""
@@ -100,6 +142,18 @@ class Controller(abc.ABC):
     reconcile_only_owned: bool = True
     write_barrier_timeout: float = DEFAULT_TIMEOUT
     predicates: tuple[UpdatePredicate, ...] = ()
+    _declarations: ClassVar[Declarations] = Declarations()
+    """The class's ``For``/``Owns``/``Watches``, collected (and checked) when it is defined."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._declarations = Declarations.of(cls)
+
+    @classmethod
+    def declared_resources(cls) -> Sequence[ResourceUse]:
+        """The resources this class declares, the ``For`` first (``DeclaresResources``): the
+        processor serves them without ``--resource``. Empty without declarations."""
+        return cls._declarations.uses()
 
     def __init__(
         self,
@@ -115,10 +169,24 @@ class Controller(abc.ABC):
         predicates: tuple[UpdatePredicate, ...] | None = None,
     ) -> None:
         self.context = context
-        self.lister: Lister = context.lister
         # Instance attributes shadow the class defaults, so each instance shows what it uses.
         cls = type(self)
+        declarations = cls._declarations
+        primary = declarations.primary
+        self.resource = context.resource if primary is None else primary.resource
+        """The primary resource: its keys are the queue keys."""
+        self._listers: dict[str, Lister] = (
+            {self.resource: context.lister}
+            if primary is None
+            else declarations.listers(context, cls.__qualname__)
+        )
+        """The resources whose events this controller hears, so whose writes it can expect."""
+        self.lister: Lister = self._listers[self.resource]
+        """The primary's lister."""
         self.name = name or cls.name or _snake_case(cls.__name__)
+        if not self.name or any(c.isspace() for c in self.name):
+            # It starts the fields of its persisted expectations, before a space.
+            raise ValueError(f"name must be non-empty and without whitespace, got {self.name!r}")
         self.workers = cls.workers if workers is None else workers
         self.max_retries = cls.max_retries if max_retries is None else max_retries
         self.wait_for_sync = cls.wait_for_sync if wait_for_sync is None else wait_for_sync
@@ -129,15 +197,41 @@ class Controller(abc.ABC):
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        self.predicates = tuple(cls.predicates if predicates is None else predicates)
+        self.predicates = tuple(cls.predicates if predicates is None else predicates) + (
+            () if primary is None else primary.predicates
+        )
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
         self.barrier = WriteBarrier(
-            cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout
+            cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout,
+            resource=self.resource,
+            on_change=self._expectations_changed,
         )
-        """The keys whose cache must first show this controller's own last write."""
+        """The keys whose caches must first show this controller's own last writes."""
+        binding = Binding(
+            controller=self,
+            primary=self.resource,
+            primary_lister=self.lister,
+            layouts=context.layouts,
+            enqueue=self.enqueue,
+            observe=self._observe,
+        )
+        self._handlers: dict[str, ResourceEventHandler] = {
+            self.resource: self,
+            **{d.resource: d.handler(binding) for d in declarations.others},
+        }
         self._lock = threading.Lock()
+        # Serialises saving a key's expectations with reading them, so that the last save of a
+        # key writes its latest state, whichever thread changed it last.
+        self._save_lock = threading.Lock()
+        # Guards the shards being handed over and the reconciles running per shard (None: of
+        # keys that do not tell their shard); notified whenever a reconcile ends.
+        self._ownership = threading.Condition()
+        self._leaving: set[int] = set()
+        self._running: Counter[int | None] = Counter()
+        self._sync_waits: dict[str, int] = {}
+        """Keys waiting for their shard's caches: how often each was put back."""
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -158,34 +252,73 @@ class Controller(abc.ABC):
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
         key = self.key_of(obj)
-        self.barrier.observe(key, obj, deleted=False)
+        self._observe(self.resource, key, obj, False)
         self.enqueue(key)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         key = self.key_of(new)
-        self.barrier.observe(key, new, deleted=False)  # it reached the cache, filtered or not
+        self._observe(self.resource, key, new, False)  # it reached the cache, filtered or not
         if all(predicate(old, new) for predicate in self.predicates):
             self.enqueue(key)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         key = self.key_of(obj)
-        self.barrier.observe(key, obj, deleted=True)
+        self._observe(self.resource, key, obj, True)
         self.enqueue(key)
+
+    def _observe(
+        self, resource: str, object_key: str, obj: Obj | DeletedFinalStateUnknown, deleted: bool
+    ) -> None:
+        """Every event of a watched resource, before its predicates: the cache moved. Keys
+        the barrier held back until this write showed are queued again at once."""
+        for key in self.barrier.observe(object_key, obj, deleted=deleted, resource=resource):
+            self.queue.add(key)
+
+    def resource_handlers(self) -> Mapping[str, ResourceEventHandler]:
+        """The event handler of each resource it watches (``ServesResources``): itself for the
+        primary's events, one per ``Owns``/``Watches`` (:mod:`processor_svc.watches`)."""
+        return dict(self._handlers)
 
     def key_of(self, obj: Obj | DeletedFinalStateUnknown) -> str:
         """The queue key of an object or tombstone (client-go's DeletionHandling key func)."""
         return deletion_handling_meta_namespace_key(obj)
 
-    def expect_version(self, key: str, resource_version: str) -> None:
-        """Call after a reconcile of ``key`` wrote it: ``key`` is not reconciled again until
-        the cache holds ``resource_version`` (what the API returned for the write) or later
-        (:mod:`processor_svc.write_barrier`)."""
-        self.barrier.expect(key, resource_version)
+    def expect_version(
+        self,
+        key: str,
+        resource_version: str,
+        *,
+        resource: str | None = None,
+        object_key: str | None = None,
+    ) -> None:
+        """Call after a reconcile of ``key`` wrote ``object_key`` (default: ``key`` itself) of
+        ``resource`` (default: the primary): ``key`` is not reconciled again until that cache
+        holds ``resource_version`` (what the API returned for the write) or later, and every
+        other expectation of ``key`` is met (:mod:`processor_svc.write_barrier`).
+        ``ValueError`` for a resource whose events this controller does not hear."""
+        self.barrier.expect(
+            key, resource_version, resource=self._expected_resource(resource), object_key=object_key
+        )
 
-    def expect_deleted(self, key: str) -> None:
-        """Call after a reconcile deleted ``key``'s object: ``key`` is not reconciled again
-        until the cache no longer holds it."""
-        self.barrier.expect_deleted(key)
+    def expect_deleted(
+        self, key: str, *, resource: str | None = None, object_key: str | None = None
+    ) -> None:
+        """Call after a reconcile of ``key`` deleted ``object_key`` (default: ``key`` itself)
+        of ``resource`` (default: the primary): ``key`` is not reconciled again until that
+        cache no longer holds it, and every other expectation of ``key`` is met."""
+        self.barrier.expect_deleted(
+            key, resource=self._expected_resource(resource), object_key=object_key
+        )
+
+    def _expected_resource(self, resource: str | None) -> str:
+        if resource is None:
+            return self.resource
+        if resource not in self._listers:
+            raise ValueError(
+                f"{self.name}: cannot expect a write of {resource!r}: this controller hears the "
+                f"events of {', '.join(self._listers)} only (declare it with Owns or Watches)"
+            )
+        return resource
 
     def enqueue(self, key: str) -> None:
         """Queue ``key`` for reconciling; a no-op if it is already waiting or after stop."""
@@ -194,6 +327,88 @@ class Controller(abc.ABC):
     def enqueue_after(self, key: str, delay_seconds: float) -> None:
         """Queue ``key`` after a delay, e.g. to re-check something that is expected to change."""
         self.queue.add_after(key, delay_seconds)
+
+    # --- following shard ownership (ShardAware) ------------------------------------------------
+
+    def shards_acquired(self, shards: Sequence[int]) -> None:
+        """The processor owns ``shards`` now (before their events are delivered): load the
+        expectations their previous owner saved, so that no key of theirs is reconciled on a
+        cache older than that owner's last write. What the barrier held for keys of those shards
+        is replaced by what the store holds. A loaded key is queued for when its earliest
+        expectation expires, so its expectations are settled (and forgotten in the store) even
+        if no event queues it. Raises what the store raises (Redis unreachable)."""
+        acquired = set(shards)
+        with self._ownership:
+            self._leaving -= acquired
+        store = self.context.expectations
+        if store is None:
+            return
+        loaded: dict[str, list[Expectation]] = {}
+        for shard in sorted(acquired):
+            for field, expectations in store.load(shard).items():
+                name, _, key = field.partition(_FIELD_SEPARATOR)
+                if name == self.name and key:
+                    loaded[key] = [e for e in expectations if e.resource in self._listers]
+        for key in self.barrier.pending_keys():
+            if key not in loaded and self.lister.shard_of(key) in acquired:
+                self.barrier.forget(key)
+        for key, expectations in loaded.items():
+            self.barrier.restore(key, expectations)
+            remaining = self.barrier.remaining(key)
+            if remaining is not None:
+                self.queue.add_after(key, remaining)
+        if loaded:
+            self.logger.info(
+                "loaded the write expectations of %d keys of shards %s",
+                len(loaded), sorted(acquired), extra={"controller": self.name},
+            )  # fmt: skip
+
+    def shards_leaving(self, shards: Sequence[int]) -> None:
+        """``shards`` are about to go to another processor: from now on their keys taken off
+        the queue are skipped and forgotten, as those of shards already gone are
+        (``reconcile_only_owned``). Does not block."""
+        with self._ownership:
+            self._leaving |= set(shards)
+
+    def wait_shards_idle(self, shards: Sequence[int], timeout: float) -> bool:
+        """Return ``True`` once no reconcile of a key of ``shards`` runs (nor of a key that does
+        not tell its shard, which might be one), ``False`` if that takes longer than
+        ``timeout`` seconds. The processor releases the shards' leases only then, so two
+        processors never reconcile one key at once. Once idle, the barrier drops what it held
+        for their keys: the store keeps it for their next owner."""
+        wanted = set(shards)
+        deadline = time.monotonic() + timeout
+        with self._ownership:
+            while None in self._running or not wanted.isdisjoint(self._running):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._ownership.wait(left)
+        for key in self.barrier.pending_keys():
+            if self.lister.shard_of(key) in wanted:
+                self.barrier.forget(key)
+        return True
+
+    def _expectations_changed(self, key: str) -> None:
+        """Save ``key``'s expectations for its shard's next owner (module docstring of
+        :mod:`processor_svc.expectations`). A key whose shard its key does not tell (a primary
+        sharded by owner or label) is not saved: its expectations stay in this process."""
+        store = self.context.expectations
+        if store is None:
+            return
+        shard = self.lister.shard_of(key)
+        if shard is None:
+            return
+        with self._save_lock:
+            expectations = self.barrier.expectations(key)
+            try:
+                store.save(shard, f"{self.name}{_FIELD_SEPARATOR}{key}", expectations)
+            except Exception as exc:
+                # The barrier still holds them here; only a next owner would miss them.
+                self.logger.warning(
+                    "could not save the write expectations of %s: %s: %s",
+                    key, type(exc).__name__, exc, extra={"controller": self.name, "key": key},
+                )  # fmt: skip
 
     # --- retries -------------------------------------------------------------------------------
 
@@ -207,6 +422,9 @@ class Controller(abc.ABC):
         if self._rate_limiter is not None:
             self._rate_limiter.forget(key)
         self.queue.forget(key)
+        if self._sync_waits:  # a key skipped while it waited for its caches
+            with self._ownership:
+                self._sync_waits.pop(key, None)
 
     def _requeue_rate_limited(self, key: str) -> None:
         if self._rate_limiter is not None:
@@ -264,8 +482,8 @@ class Controller(abc.ABC):
     # --- workers -------------------------------------------------------------------------------
 
     def _run_worker(self) -> None:
-        if self.wait_for_sync and not self.lister.wait_for_cache_sync(stop=self._stop):
-            self.logger.info("stopped before the cache synced; not reconciling")
+        if self.wait_for_sync and not self.context.wait_for_cache_sync(stop=self._stop):
+            self.logger.info("stopped before the caches synced; not reconciling")
             return
         while True:
             try:
@@ -278,13 +496,36 @@ class Controller(abc.ABC):
                 self.queue.done(key)
 
     def _process(self, key: str) -> None:
-        if self._shard_moved_away(key):
+        shard = self.lister.shard_of(key)
+        # Deciding and counting under one lock: a hand-over either sees this reconcile running
+        # (wait_shards_idle waits for it) or this worker sees the shard leaving.
+        with self._ownership:
+            leaving = shard is not None and shard in self._leaving
+            if not leaving:
+                self._running[shard] += 1
+        if leaving:
+            self.logger.debug("skipping %s: its shard is being handed over", key)
+            self._forget(key)
+            return
+        try:
+            self._process_owned(key, shard)
+        finally:
+            with self._ownership:
+                self._running[shard] -= 1
+                if not self._running[shard]:
+                    del self._running[shard]
+                self._ownership.notify_all()
+
+    def _process_owned(self, key: str, shard: int | None) -> None:
+        if self._shard_moved_away(key, shard):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
             return
-        verdict = self.barrier.check(key, lambda: self.lister.get_by_key(key))
+        if self.wait_for_sync and not self._key_synced(key):
+            return
+        verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
-            # The event that brings our write enqueues the key again; the deadline, if not.
+            # The event that brings the last write releases the key; the deadline, if not.
             remaining = self.barrier.remaining(key)
             if remaining is not None:
                 self.queue.add_after(key, remaining)
@@ -304,8 +545,28 @@ class Controller(abc.ABC):
         else:
             self._forget(key)
 
-    def _shard_moved_away(self, key: str) -> bool:
-        if not self.reconcile_only_owned or self.lister.shard_count is None:
+    def _key_synced(self, key: str) -> bool:
+        """Whether the caches of ``key``'s shard are loaded; if not, the key is added again
+        later (a takeover is loading them: not a failure, so not the rate limiter's business)."""
+        if self.context.synced_for(key):
+            if self._sync_waits:
+                with self._ownership:
+                    self._sync_waits.pop(key, None)
+            return True
+        with self._ownership:
+            waits = self._sync_waits.get(key, 0)
+            self._sync_waits[key] = waits + 1
+        delay = min(KEY_SYNC_RETRY_MAX_SECONDS, KEY_SYNC_RETRY_SECONDS * 2**waits)
+        self.queue.add_after(key, delay)
+        return False
+
+    def _read_cache(self, resource: str, object_key: str) -> Obj | None:
+        return self._listers[resource].get_by_key(object_key)
+
+    def _shard_moved_away(self, key: str, shard: int | None) -> bool:
+        """The key's shard is not attached here (``reconcile_only_owned``); a key that does not
+        tell its shard (``shard is None``) is never taken for moved."""
+        if not self.reconcile_only_owned or shard is None or self.lister.shard_count is None:
             return False
         return not self.lister.owns(key)
 
@@ -335,4 +596,13 @@ class Controller(abc.ABC):
 if TYPE_CHECKING:
 
     def _controller_is_a_handler(controller: Controller) -> ResourceEventHandler:
+        return controller
+
+    def _controller_serves_resources(controller: Controller) -> ServesResources:
+        return controller
+
+    def _controller_class_declares_resources(cls: type[Controller]) -> DeclaresResources:
+        return cls
+
+    def _controller_follows_shards(controller: Controller) -> ShardAware:
         return controller

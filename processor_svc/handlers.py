@@ -47,6 +47,7 @@ from common.resource_ids import check_resource_id
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
 from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
+from processor_svc.write_barrier import Expectation
 
 __all__ = [
     "DeclaresResources",
@@ -200,18 +201,6 @@ class ShardAware(Protocol):
     def shards_leaving(self, shards: Sequence[int]) -> None: ...
 
     def wait_shards_idle(self, shards: Sequence[int], timeout: float) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Expectation:
-    """One write a reconcile made and the cache must show before the key is reconciled again:
-    ``version`` (``""``: the object must be gone) of ``object_key`` in ``resource``, until
-    ``deadline`` (unix seconds, so that another process can honour it)."""
-
-    resource: str
-    object_key: str
-    version: str
-    deadline: float
 
 
 class ExpectationStore(Protocol):

@@ -256,9 +256,10 @@ class GroupShardKeys:
 
     @property
     def expectations(self) -> str:
-        """Hash: a controller's unmet write expectations for the primaries of this shard (queue
-        key -> JSON), so that the next owner of the shard does not reconcile on a cache older
-        than the previous owner's last write (``processor_svc.write_barrier``)."""
+        """Hash: controllers' unmet write expectations for the primaries of this shard (field
+        ``<controller name> <queue key>``, value JSON), so that the next owner of the shard does
+        not reconcile on a cache older than the previous owner's last write
+        (``processor_svc.expectations``, ``processor_svc.write_barrier``)."""
         return self._key("expectations")
 
     def all_keys(self) -> tuple[str, ...]:

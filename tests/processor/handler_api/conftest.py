@@ -8,17 +8,18 @@ the next test (the root conftest would then fail that one too).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from common.keys import Obj
+from common.publication import ResourceLayout
 from common.rate_limiters import ItemExponentialFailureRateLimiter, RateLimiter
 from common.store import Indexer
 from common.workqueue import MetricsProvider
 from processor_svc.controller import Controller
-from processor_svc.handlers import HandlerContext, make_workqueue_factory
+from processor_svc.handlers import ExpectationStore, HandlerContext, make_workqueue_factory
 from processor_svc.lister import ShardedLister
 
 SOON = 5.0
@@ -66,14 +67,26 @@ def make_context(
     metrics: MetricsProvider | None = None,
     settings: object = None,
     resource: str = "pods",
+    listers: Mapping[str, ShardedLister] | None = None,
+    layouts: Mapping[str, ResourceLayout] | None = None,
+    key_synced: Callable[[str], bool] | None = None,
+    expectations: ExpectationStore | None = None,
 ) -> HandlerContext:
-    """A context whose queues retry fast (1 ms doubling up to 10 ms), as tests need."""
+    """A context whose queues retry fast (1 ms doubling up to 10 ms), as tests need.
+
+    ``listers`` are the other served resources'; ``layouts`` what their reflectors recorded
+    (a resource missing there is not known yet; the mapping is read at each call)."""
+    known: Mapping[str, ResourceLayout] = {} if layouts is None else layouts
     return HandlerContext(
         lister=lister,
         workqueue_factory=make_workqueue_factory(metrics, rate_limiter_factory=fast_rate_limiter),
         logger=logging.getLogger("tests.processor_api"),
         settings=settings,
         resource=resource,
+        listers=dict(listers or {}),
+        layouts=known.get,
+        key_synced=key_synced,
+        expectations=expectations,
     )
 
 
