@@ -48,6 +48,7 @@ from common.publication import ResourceLayout
 from common.redis_layout import GroupShardKeys, ShardKeys
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
+from processor_svc.expectations import RedisExpectationStore
 from processor_svc.handlers import (
     DeclaresResources,
     HandlerContext,
@@ -172,7 +173,11 @@ class ProcessorService:
                 resource=resource,
                 listers=dict(self.listers),
                 layouts=self.layouts.get,
-                key_synced=self._key_synced,
+                key_synced=functools.partial(self._key_synced, resource),
+                # The lease client: short, bounded calls (a save can run on a dispatch thread).
+                expectations=RedisExpectationStore(
+                    self.lease_redis, prefix=settings.prefix, resource=resource, group=self.group
+                ),
             )
 
         registered: dict[str, list[tuple[str, ResourceEventHandler]]] = {
@@ -409,8 +414,6 @@ class ProcessorService:
         over (the workers do the loading, so lease renewals are not held up)."""
         settings = self.settings
         epochs = self.ownership.epochs(shard, epoch)
-        for handler in self._shard_aware:
-            handler.shards_acquired([shard])  # before any event of the shard is delivered
         workers: dict[str, ShardWorker] = {}
         for resource in self.plan.co_sharded:
             lister = self.listers[resource]
@@ -434,6 +437,12 @@ class ProcessorService:
             )
         with self._workers_lock:
             self._units[shard] = workers
+        # The stores are attached and no event is delivered yet: a controller loads what the
+        # previous owner expected of the cache. A failure here fails the acquisition (the
+        # ownership loop stops the workers it never started and releases the leases).
+        for handler in self._shard_aware:
+            handler.shards_acquired([shard])
+        with self._workers_lock:
             owned = len(self._units)
         for resource in workers:
             self.metrics.owned_shards.labels(resource=resource, group=self.group).set(owned)
@@ -482,10 +491,11 @@ class ProcessorService:
             self.listers[resource].detach(shard)
         log.info("%s: gave up shard %d", self.plan, shard)
 
-    def _key_synced(self, key: str) -> bool:
-        """Whether the caches that hold the primary ``key`` and what is co-sharded with it are
-        loaded: its shard of every co-sharded resource, and every replicated resource."""
-        shard = self.lister.shard_of(key)
+    def _key_synced(self, resource: str, key: str) -> bool:
+        """Whether the caches that hold ``resource``'s object ``key`` (a controller's primary)
+        and what is co-sharded with it are loaded: its shard of every co-sharded resource, and
+        every replicated resource."""
+        shard = self.listers[resource].shard_of(key)
         if shard is None:
             return all(lister.has_synced() for lister in self.listers.values())
         return all(
