@@ -30,6 +30,7 @@ __all__ = [
     "ENV_PREFIX",
     "JITTER_FACTOR",
     "BusSettings",
+    "KubeConnection",
     "LeaseTiming",
     "MembershipTiming",
     "RedisConnection",
@@ -121,6 +122,32 @@ class RedisConnection:
         metadata={"help": "Redis is a Redis Cluster: --redis-url names any one of its nodes, "
                   "the others are discovered (shards spread over the primaries)"},
     )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeConnection:
+    """Where the Kubernetes API is: the same flags for the reflector, which lists and watches,
+    and for processors whose controllers write (an operator). At most one source; none means
+    ``$KUBECONFIG`` or ``~/.kube/config``."""
+
+    kube_url: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "Kubernetes API URL without auth (a simulator or kubectl proxy)"},
+    )
+    kubeconfig: str | None = dataclasses.field(
+        default=None, metadata={"help": "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"}
+    )
+    context: str | None = dataclasses.field(
+        default=None, metadata={"help": "kubeconfig context to use"}
+    )
+    in_cluster: bool = dataclasses.field(
+        default=False, metadata={"help": "use the pod's service account (in-cluster config)"}
+    )
+
+    def __post_init__(self) -> None:
+        sources = sum((self.kube_url is not None, self.in_cluster, self.kubeconfig is not None))
+        if sources > 1:
+            raise SettingsError("choose one of --kube-url, --in-cluster, --kubeconfig")
 
 
 @dataclasses.dataclass(frozen=True)

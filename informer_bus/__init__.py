@@ -31,6 +31,7 @@ from common.rate_limiters import (
 )
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
+from informer_bus.kube_api import kube_api_client
 from informer_bus.subscribe import (
     FROM_BEGINNING,
     FROM_NOW,
@@ -99,6 +100,7 @@ __all__ = [
     "any_of",
     "default_controller_rate_limiter",
     "generation_changed",
+    "kube_api_client",
     "labels_changed",
     "load_handler",
     "make_workqueue_factory",

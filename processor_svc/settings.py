@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from common.redis_layout import GROUP_NAME_SYNTAX, PROCESSOR_GROUP, check_group_name
 from common.resource_ids import check_resource_id
 from common.settings import (
+    KubeConnection,
     LeaseTiming,
     MembershipTiming,
     ServiceSettings,
@@ -143,6 +144,13 @@ class ProcessorSettings(ServiceSettings):
     )
     http_port: int = field(
         default=8081, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
+    )
+    kube: KubeConnection = field(
+        default_factory=KubeConnection,
+        metadata=grouped(
+            "Kubernetes API, for controllers that write to it (an operator; processors "
+            "themselves never call it)"
+        ),
     )
 
     def __post_init__(self) -> None:

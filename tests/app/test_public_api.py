@@ -53,6 +53,7 @@ PUBLIC = [
     "any_of",
     "default_controller_rate_limiter",
     "generation_changed",
+    "kube_api_client",
     "labels_changed",
     "load_handler",
     "make_workqueue_factory",
