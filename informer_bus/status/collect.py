@@ -225,23 +225,36 @@ def _processors(
     shards: Sequence[GroupShardStatus],
     now_ms: int,
     member_ttl: float,
+    elsewhere: Mapping[str, tuple[str, float]],
 ) -> tuple[ProcessorStatus, ...]:
+    """``elsewhere``: the group's members in its other resources (member -> resource,
+    deadline), where a lease holder of this resource that is no member here may heartbeat."""
     owned: dict[str, list[int]] = {}
     for shard in shards:
         if shard.owner is not None:
             owned.setdefault(shard.owner, []).append(shard.shard)
-    result: dict[str, ProcessorStatus] = {}
-    for member, deadline_ms in members:
+
+    def status(member: str, deadline_ms: float, member_of: str | None) -> ProcessorStatus:
         expires_in = (deadline_ms - now_ms) / 1000
-        result[member] = ProcessorStatus(
+        return ProcessorStatus(
             member=member,
             live=expires_in > 0,
             heartbeat_age_s=round(max(0.0, member_ttl - expires_in), 3),
             expires_in_s=round(expires_in, 3),
             shards=tuple(owned.get(member, ())),
+            member_of=member_of,
         )
+
+    result: dict[str, ProcessorStatus] = {}
+    for member, deadline_ms in members:
+        result[member] = status(member, deadline_ms, None)
     for holder, held in owned.items():
-        if holder not in result:
+        if holder in result:
+            continue
+        if holder in elsewhere:  # co-sharded: a member of the primary's group
+            home, deadline_ms = elsewhere[holder]
+            result[holder] = status(holder, deadline_ms, home)
+        else:
             result[holder] = ProcessorStatus(holder, False, None, None, tuple(held))
     return tuple(result[name] for name in sorted(result))
 
@@ -276,7 +289,13 @@ class _Resource:
         return False
 
 
-def _group_status(resource: _Resource, name: str, now_ms: int, member_ttl: float) -> GroupStatus:
+def _group_status(
+    resource: _Resource,
+    name: str,
+    now_ms: int,
+    member_ttl: float,
+    elsewhere: Mapping[str, tuple[str, float]],
+) -> GroupStatus:
     members = resource.members.get(name, [])
     parts = [shard.group(name) for shard in resource.shards]
     shards = tuple(
@@ -287,12 +306,26 @@ def _group_status(resource: _Resource, name: str, now_ms: int, member_ttl: float
     return GroupStatus(
         name=name,
         kind="processor" if processor else "consumer",
-        processors=_processors(members, shards, now_ms, member_ttl),
+        processors=_processors(members, shards, now_ms, member_ttl, elsewhere),
         shards=shards,
     )
 
 
-def _resource_status(resource: _Resource, now_ms: int, member_ttl: float) -> ResourceStatus:
+def _members_elsewhere(
+    plan: Sequence[_Resource], resource: _Resource, group: str
+) -> dict[str, tuple[str, float]]:
+    """The members of ``group`` in the other resources read (member -> resource, deadline)."""
+    found: dict[str, tuple[str, float]] = {}
+    for other in plan:
+        if other is not resource:
+            for member, deadline_ms in other.members.get(group, []):
+                found.setdefault(member, (other.keys.resource, deadline_ms))
+    return found
+
+
+def _resource_status(
+    resource: _Resource, now_ms: int, member_ttl: float, plan: Sequence[_Resource] = ()
+) -> ResourceStatus:
     leader_hash, leader_ttl_ms, epoch = (_ok(r) for r in resource.head)
     leader = None
     if leader_hash and leader_hash.get(LEASE_HOLDER):
@@ -318,7 +351,7 @@ def _resource_status(resource: _Resource, now_ms: int, member_ttl: float) -> Res
     if last_list_rv is None:
         last_list_rv = next((rv for _, rv in listed if rv is not None), None)
     groups = tuple(
-        _group_status(resource, name, now_ms, member_ttl)
+        _group_status(resource, name, now_ms, member_ttl, _members_elsewhere(plan, resource, name))
         for name in sorted(resource.group_names())
         if resource.exists(name)
     )
@@ -467,5 +500,5 @@ def collect_status(
         redis_url=redacted_url(redis_url),
         prefix=prefix,
         taken_at=now_ms / 1000,
-        resources=tuple(_resource_status(resource, now_ms, member_ttl) for resource in plan),
+        resources=tuple(_resource_status(resource, now_ms, member_ttl, plan) for resource in plan),
     )

@@ -94,6 +94,9 @@ class ProcessorStatus:
     """Seconds until its heartbeat deadline (negative: missed; it is being pruned)."""
     shards: tuple[int, ...]
     """The shards whose lease it holds."""
+    member_of: str | None = None
+    """The resource whose members it heartbeats in, when not this one: a processor serving
+    several co-sharded resources is a member of its primary's group only."""
 
 
 GROUP_KINDS: Final = ("processor", "consumer")

@@ -162,7 +162,7 @@ def _group_blocks(resource: ResourceStatus) -> list[str]:
                 ("PROCESSOR", "LIVE", "HEARTBEAT", "SHARDS"),
                 (
                     (
-                        p.member,
+                        p.member if p.member_of is None else f"{p.member} (of {p.member_of})",
                         _yes(p.live),
                         "-" if p.heartbeat_age_s is None else f"{_seconds(p.heartbeat_age_s)} ago",
                         f"{len(p.shards)}: {shard_ranges(p.shards)}" if p.shards else "none",

@@ -16,6 +16,7 @@ from common.keys import meta_namespace_key
 from common.redis_layout import ResourceKeys
 from common.settings import settings_of
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from informer_bus.status.collect import collect_status, status_client
 from processor_svc.handlers import HandlerLoadError
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -134,6 +135,17 @@ def test_shard_n_of_every_co_sharded_resource_is_owned_together(
     union = keys_of(a, "configmaps") | keys_of(b, "configmaps")
     assert union == set(stack.sim.ground_truth("configmaps"))
     assert not keys_of(a, "configmaps") & keys_of(b, "configmaps")
+    # status: the owners of the co-sharded resource are live members of the primary's group.
+    client = status_client(stack.redis_url)
+    try:
+        snapshot = collect_status(client, member_ttl=0.6)
+    finally:
+        client.close()
+    [configmaps_status] = [r for r in snapshot.resources if r.resource == "configmaps"]
+    [group] = configmaps_status.groups
+    assert {p.member for p in group.processors} == {a.member_id, b.member_id}
+    assert all(p.live and p.member_of == "pods" for p in group.processors)
+    assert group.owned_shards == SHARDS
 
 
 def test_handlers_get_the_events_of_their_own_resource(stack: Stack) -> None:
