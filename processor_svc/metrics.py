@@ -51,6 +51,8 @@ _HELP: Final = {
     "handler_buffer": "notifications waiting in a handler's bounded buffer",
     "resyncs": "periodic resyncs a handler ran (on_update(obj, obj) for every cached object)",
     # per processor
+    "move_waits_expired": "moves between two shards of this process whose incoming half gave "
+    "up waiting for the outgoing half (10 s): the object was briefly in both",
     "owned_shards": "shards this processor owns",
     "rebalances": "assignment changes that moved shards to or from this processor",
 }
@@ -101,6 +103,7 @@ class ProcessorMetrics:
         self.resyncs = counter("resyncs", "handler")
         # --- per processor (set by the service) --------------------------------------------
         self.owned_shards = gauge("owned_shards")
+        self.move_waits_expired = counter("move_waits_expired")
         self.rebalances = counter("rebalances")
 
     def forget_shard(self, resource: str, shard: int) -> None:

@@ -30,12 +30,15 @@ and the object may then briefly be in both shards.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Final
 
 __all__ = ["MOVE_WAIT_TIMEOUT", "MoveGate"]
+
+log = logging.getLogger(__name__)
 
 MOVE_WAIT_TIMEOUT: Final = 10.0
 """Seconds a reader waits for another shard of its process to apply a move's outgoing half."""
@@ -54,8 +57,9 @@ class MoveGate:
     """The positions of the shards of one resource this process reads (module docstring).
 
     ``held_elsewhere(key, shard)``: whether a store of this process other than ``shard``'s holds
-    ``key`` (the resource's lister can tell); ``clock`` is monotonic seconds. Thread-safe: every
-    reader of the resource calls it.
+    ``key`` (the resource's lister can tell); ``clock`` is monotonic seconds; ``on_expired`` is
+    called (after a warning) for every wait that gave up. Thread-safe: every reader of the
+    resource calls it.
     """
 
     def __init__(
@@ -64,10 +68,12 @@ class MoveGate:
         *,
         timeout: float = MOVE_WAIT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        on_expired: Callable[[], None] | None = None,
     ) -> None:
         self._held_elsewhere = held_elsewhere
         self._timeout = timeout
         self._clock = clock
+        self._on_expired = on_expired
         self._cond = threading.Condition()
         # shard -> its position; None while its reader has not positioned it yet (a takeover
         # before its snapshot's deletions were handed over). Absent: not read here.
@@ -113,8 +119,10 @@ class MoveGate:
                     return False
                 if self._clock() >= deadline:
                     self.expired += 1
-                    return True
+                    break
                 self._cond.wait(_POLL)
+        self._expired(f"shard {shard} did not apply {entry_id} within {self._timeout:g} s")
+        return True
 
     def wait_released(self, key: str, shard: int, cancel: threading.Event) -> bool:
         """Block until no store of this process but ``shard``'s holds ``key``; ``False`` when
@@ -126,10 +134,16 @@ class MoveGate:
             if self._clock() >= deadline:
                 with self._cond:
                     self.expired += 1
+                self._expired(f"{key} still held by another shard after {self._timeout:g} s")
                 return True
             with self._cond:
                 self._cond.wait(_POLL)
         return True
+
+    def _expired(self, what: str) -> None:
+        log.warning("a move's wait gave up (%s): the object may briefly be in both", what)
+        if self._on_expired is not None:
+            self._on_expired()
 
     def held_elsewhere(self, key: str, shard: int) -> bool:
         """Whether a store of this process other than ``shard``'s holds ``key``."""

@@ -372,7 +372,8 @@ class ProcessorService:
             else:
                 lister.route_keys(None)
             if not choice.by_object_key:
-                self.moves[resource] = MoveGate(lister.holds_elsewhere)
+                expired = self.metrics.move_waits_expired.labels(resource, self.group)
+                self.moves[resource] = MoveGate(lister.holds_elsewhere, on_expired=expired.inc)
             log.info("%s is sharded by %s (%s)", resource, choice, layout.kind)
 
     def _start_replicas(self) -> None:

@@ -61,13 +61,19 @@ def test_positions_never_go_back_and_a_stopped_shard_releases_its_waiters() -> N
 
 
 def test_a_cancelled_wait_says_so_and_an_endless_one_expires_and_is_counted() -> None:
-    moves, cancel = gate(timeout=0.5), threading.Event()
+    counted: list[int] = []
+    moves = MoveGate(lambda key, shard: True, timeout=0.5, clock=Clock(),
+                     on_expired=lambda: counted.append(1))  # fmt: skip
+    cancel = threading.Event()
     moves.reading(2)
     cancel.set()
     assert not moves.wait_applied(2, "1-0", cancel)
     assert moves.expired == 0
     assert moves.wait_applied(2, "1-0", threading.Event())  # gives up: liveness first
     assert moves.expired == 1
+    assert moves.wait_released("shop/c", 2, threading.Event())  # held elsewhere for ever
+    assert moves.expired == 2
+    assert counted == [1, 1]  # the metric's callback, once per wait given up
 
 
 def test_a_snapshot_object_held_by_another_shard_waits_until_it_is_released() -> None:
