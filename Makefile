@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core bench-groups clean redis-server help demo chaos soak soak-short
+.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server help demo chaos soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
 	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
+	@echo "make bench-co-sharding - a co-sharded processor's CPU per event beside a single-resource one, and a shard group's takeover (CO_ARGS=--quick)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
 	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
 	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"
@@ -75,6 +76,12 @@ bench-core: install
 # More flags: make bench-groups GROUPS_ARGS='--pods 50000 --updates 50000 --json'.
 bench-groups: install
 	$(BIN)/python bench/group_views.py $(GROUPS_ARGS)
+
+# Issue 15: Widgets and the ConfigMaps they own, co-sharded; CPU per event of a co-sharded
+# processor over a single-resource one in the same run, and the takeover of a shard group
+# (bench/co_sharding.py; docs/performance.md has the table). CO_ARGS='--widgets 8000 --json'.
+bench-co-sharding: install
+	$(BIN)/python bench/co_sharding.py $(CO_ARGS)
 
 # Full-length Redis faults (restart with AOF, 30 s outage, 30 s hang) from bench/chaos; the short
 # ones run in `make test` (tests/pipeline/test_chaos_*.py). Exits 1 when a promise broke.
