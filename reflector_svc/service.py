@@ -66,10 +66,10 @@ class ReflectorService:
         self.metrics = ReflectorMetrics(self.registry)
         self._owns_api_client = api_client is None
         self.api_client = api_client or load_api_client(
-            kubeconfig=settings.kubeconfig,
-            context=settings.context,
-            in_cluster=settings.in_cluster,
-            url=settings.kube_url,
+            kubeconfig=settings.kube.kubeconfig,
+            context=settings.kube.context,
+            in_cluster=settings.kube.in_cluster,
+            url=settings.kube.kube_url,
         )
         self.redis, self.lease_redis = service_clients(settings.redis, settings.lease)
         self.holder = unique_holder(settings.identity)

@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass, field
 
 from common.settings import (
+    KubeConnection,
     LeaseTiming,
     ServiceSettings,
     SettingsError,
@@ -33,17 +34,7 @@ class ReflectorSettings(ServiceSettings):
             "metavar": "SPEC",
         },
     )
-    kube_url: str | None = field(
-        default=None,
-        metadata={"help": "Kubernetes API URL without auth (a simulator or kubectl proxy)"},
-    )
-    kubeconfig: str | None = field(
-        default=None, metadata={"help": "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"}
-    )
-    context: str | None = field(default=None, metadata={"help": "kubeconfig context to use"})
-    in_cluster: bool = field(
-        default=False, metadata={"help": "use the pod's service account (in-cluster config)"}
-    )
+    kube: KubeConnection = field(default_factory=KubeConnection, metadata=grouped("Kubernetes API"))
     page_size: int = field(default=500, metadata={"help": "LIST page size", "metavar": "N"})
     watch_list: bool = field(
         default=False,
@@ -128,6 +119,3 @@ class ReflectorSettings(ServiceSettings):
             raise SettingsError("backoff_max must be >= backoff_initial")
         if self.retention_min_entries < 0:
             raise SettingsError("retention_min_entries must be >= 0")
-        sources = sum((self.kube_url is not None, self.in_cluster, self.kubeconfig is not None))
-        if sources > 1:
-            raise SettingsError("choose one of --kube-url, --in-cluster, --kubeconfig")

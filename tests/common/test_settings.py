@@ -217,3 +217,13 @@ def test_scaled_timing_keeps_client_gos_proportions() -> None:
 def test_the_heartbeat_must_come_within_the_member_ttl() -> None:
     with pytest.raises(SettingsError, match="heartbeat_interval must be shorter than member_ttl"):
         settings_of(ProcessorSettings, heartbeat_interval=5.0)
+
+
+def test_the_kubernetes_api_has_one_source_for_the_reflector_and_the_processor() -> None:
+    from processor_svc.settings import ProcessorSettings
+    from reflector_svc.settings import ReflectorSettings
+
+    for kind in (ReflectorSettings, ProcessorSettings):
+        with pytest.raises(SettingsError, match="choose one of --kube-url, --in-cluster"):
+            settings_of(kind, kube_url="http://127.0.0.1:8001", in_cluster=True)
+        assert settings_of(kind, kube_url="http://x:1").kube.kube_url == "http://x:1"

@@ -270,7 +270,7 @@ def localize_launch(launch: Launch, endpoints: LocalEndpoints, workdir: Path) ->
     if launch.subcommand == "reflector":
         settings = settings_of(launch)
         assert endpoints.kube_url is not None, "a reflector needs the simulator"
-        if settings.in_cluster:
+        if settings.kube.in_cluster:
             flag, env_var = local.setting_source("in_cluster")
             local = replace(
                 local,
@@ -281,9 +281,9 @@ def localize_launch(launch: Launch, endpoints: LocalEndpoints, workdir: Path) ->
                 },
             )
         else:
-            assert settings.kube_url, "the reflector names no Kubernetes API"
+            assert settings.kube.kube_url, "the reflector names no Kubernetes API"
             local, found = _replace_setting(
-                local, "kube_url", _with_local_netloc(settings.kube_url, endpoints.kube_url)
+                local, "kube_url", _with_local_netloc(settings.kube.kube_url, endpoints.kube_url)
             )
             assert found, "the Kubernetes API URL is neither a flag nor an env var"
     _, _, port_setting = _SETTINGS[launch.subcommand]

@@ -236,7 +236,7 @@ def test_redis_healthcheck_pings() -> None:
 def test_the_reflector_watches_the_simulator_by_default() -> None:
     reflector = settings_of(compose_launch("reflector"))
     simulator = compose_launch("apiserver-sim")
-    kube = urlsplit(reflector.kube_url)
+    kube = urlsplit(reflector.kube.kube_url)
     assert (kube.hostname, kube.port) == ("apiserver-sim", listening_port(simulator))
     # Reached from other containers: it must not listen on loopback only.
     assert settings_of(simulator).host == "0.0.0.0"

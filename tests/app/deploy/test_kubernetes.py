@@ -241,7 +241,7 @@ def test_two_reflector_replicas_run_under_their_service_account() -> None:
     assert reflector["spec"]["replicas"] == 2
     account = reflector["spec"]["template"]["spec"]["serviceAccountName"]
     find(DOCUMENTS, "ServiceAccount", account)
-    assert settings_of(container_launch(reflector)).in_cluster is True
+    assert settings_of(container_launch(reflector)).kube.in_cluster is True
 
 
 def test_processors_get_no_kubernetes_credentials() -> None:
