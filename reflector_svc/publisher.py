@@ -95,7 +95,8 @@ class ShardPublisher:
             ShardKeys(prefix, resource, shard) for shard in range(shard_count)
         )
         self._publish_keys = tuple(
-            (keys.stream, keys.versions, keys.objects, keys.checkpoint) for keys in self.shards
+            (keys.stream, keys.versions, keys.objects, keys.checkpoint, keys.moving)
+            for keys in self.shards
         )
         # Registered once; their SHA1 is what every call sends. Outside a pipeline the Script
         # object reloads on NOSCRIPT itself; in a pipeline see _run.
@@ -177,7 +178,8 @@ class ShardPublisher:
         """Move every shard's checkpoint to ``rv`` (never backwards), fenced.
 
         For bookmarks and quiet periods: the caller vouches that every event up to ``rv`` has
-        been published (a bookmark's RV after the batch before it was published).
+        been published (a bookmark's RV after the batch before it was published), so the moves
+        at or below ``rv`` are complete and their ``moving`` entries go.
         """
         self._checkpoint_op(epoch, "advance", rv)
 
@@ -188,14 +190,15 @@ class ShardPublisher:
         self._checkpoint_op(epoch, "begin", "")
 
     def finish_relist(self, epoch: int, list_rv: str) -> None:
-        """After the whole diff is published: ``rv = synced_rv = list_rv``, not relisting."""
+        """After the whole diff is published: ``rv = synced_rv = list_rv``, not relisting, and no
+        move pending (every listed object is on the shard its state maps to)."""
         self._checkpoint_op(epoch, "finish", list_rv)
 
     def _checkpoint_op(self, epoch: int, op: str, rv: str) -> None:
         _check_epoch(epoch)
         args = [str(epoch), op, rv]
         calls = [
-            _Call(keys.shard, self._checkpoint_script, (keys.checkpoint,), args)
+            _Call(keys.shard, self._checkpoint_script, (keys.checkpoint, keys.moving), args)
             for keys in self.shards
         ]
         self._run(calls)
