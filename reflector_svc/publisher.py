@@ -55,7 +55,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from common.deltas import DeltaType
-from common.redis_layout import CHECKPOINT_FIELDS, ShardKeys
+from common.publication import ResourceLayout, write_layout
+from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
 from common.shard_keys import ShardKeyChoice
 from common.sharding import shard_for
@@ -367,6 +368,19 @@ class ShardPublisher:
         if len(set(present)) == 1:
             return ResumePoint(present[0], relisting)
         return ResumePoint(None, True)
+
+    # -- the resource's layout ----------------------------------------------------------------
+
+    def recorded_layout(self) -> ResourceLayout | None:
+        """The layout the resource's last leader recorded (``ib:{R}:layout``); ``None`` when
+        none did (a reflector from before layouts, or nothing published yet); ``ValueError``
+        (one line) when what is there is unusable."""
+        fields = self._client.hgetall(ResourceKeys(self.prefix, self.resource).layout)
+        return ResourceLayout.from_fields(fields)
+
+    def record_layout(self, layout: ResourceLayout) -> None:
+        """Record ``layout`` as the resource's (the leader, before its first publish)."""
+        write_layout(self._client, prefix=self.prefix, resource=self.resource, layout=layout)
 
     # -- relist support ---------------------------------------------------------------------
 
