@@ -11,12 +11,14 @@ import pytest
 import redis
 
 from common.deltas import DeltaType
+from common.publication import ResourceLayout
 from common.shard_keys import ShardKeyChoice
 from common.sharding import shard_for
-from common.wire import Move, decode_envelope
+from common.wire import Move, decode_envelope, moved_in, moved_out
 from reflector_svc.publish_records import ResumePoint
 from reflector_svc.publisher import ShardPublisher, _Call
 from tests.reflector.publisher.support import BY_OWNER, move_entries, owned
+from tests.support.bus import Bus, duplicate_problems, known_state_problems, order_problems
 
 SHARDS = 4
 KEY = "ns/cm"
@@ -271,3 +273,59 @@ def test_a_relist_moves_unchanged_objects_a_new_shard_key_places_elsewhere(
     back.finish_relist(1, "10")
     assert back.known_versions() == {KEY: "10"}
     assert not back.tracks_placement, "nothing is misplaced any more"
+
+
+def test_the_bus_checks_follow_a_key_across_shards_and_catch_broken_moves(
+    redis_client: redis.Redis,
+) -> None:
+    """``tests/support/bus.py`` for a resource sharded by owner: a correct move passes every
+    check; a key known by two shards, an outgoing half without its incoming half and an
+    incoming half naming another id do not."""
+    first, second = owners(2)
+    publisher = make(redis_client)
+    publisher.record_layout(ResourceLayout(SHARDS, BY_OWNER, "ConfigMap", "v1", namespaced=True))
+    publisher.publish(1, [owned(DeltaType.ADDED, KEY, "10", first)], checkpoint_rv="10")
+    publisher.publish(1, [owned(DeltaType.UPDATED, KEY, "11", second)], checkpoint_rv="11")
+    bus = Bus(redis_client, "configmaps", shard_count=SHARDS)
+    by_key = bus.by_key()
+    assert [(e.type, e.rv, e.shard) for e in by_key[KEY]] == [
+        ("Added", "10", shard_of_owner(first)),
+        ("Deleted", "10", shard_of_owner(first)),
+        ("Added", "11", shard_of_owner(second)),
+    ]
+    assert duplicate_problems(by_key) == order_problems(by_key) == []
+    assert known_state_problems(bus, by_key) == []
+
+    # A copy left behind on the old shard.
+    old = publisher.shards[shard_of_owner(first)]
+    redis_client.hset(old.versions, KEY, "10")
+    redis_client.hset(old.objects, KEY, b"stale")
+    assert any("known by shards" in p for p in known_state_problems(bus, bus.by_key()))
+    redis_client.hdel(old.versions, KEY)
+    redis_client.hdel(old.objects, KEY)
+
+    # An outgoing half whose incoming half never came, and one whose incoming half names
+    # another stream id.
+    other, third = "ns/other", "ns/third"
+    publisher.publish(1, [owned(DeltaType.ADDED, other, "20", first)], checkpoint_rv="20")
+    publisher.publish(1, [owned(DeltaType.ADDED, third, "21", first)], checkpoint_rv="21")
+    to = shard_of_owner(second)
+    for key, rv in ((other, "20"), (third, "21")):
+        state = redis_client.hget(old.objects, key)
+        assert state is not None
+        out = moved_out(state, to, observed_at=1.0)
+        args: list[str | bytes] = ["1", "1", "", f"O{to}", key, rv, out]
+        publisher._run(
+            [_Call(old.shard, publisher._publish_script, publisher._publish_keys[old.shard], args)]
+        )
+    arriving = owned(DeltaType.UPDATED, third, "22", second)
+    bogus = moved_in(arriving.envelope, old.shard, "1-1")
+    args = ["1", "1", "22", "U", third, "22", bogus]
+    publisher._run([_Call(to, publisher._publish_script, publisher._publish_keys[to], args)])
+    problems = order_problems(bus.by_key())
+    assert any(
+        p.startswith(f"{other}: the outgoing half") and "no incoming half" in p for p in problems
+    )
+    assert any(
+        p.startswith(f"{third}: Added@22") and f"names {old.shard}/1-1" in p for p in problems
+    )
