@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from common.deltas import DeltaType, compare_resource_versions
 from common.sharding import shard_for
@@ -49,9 +49,9 @@ OUTGOING: Final = "O"
 """Script kinds (``PUBLISH_LUA``); an outgoing half is ``O`` followed by the new shard."""
 
 
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One entry a sub-batch asks a shard's script to write."""
+class Write(NamedTuple):
+    """One entry a sub-batch asks a shard's script to write (a tuple: one is built per delta
+    published)."""
 
     kind: str
     """``U``, ``D`` or ``O<to shard>``."""
@@ -150,6 +150,8 @@ class MovePlan:
     fetched: dict[tuple[int, str], bytes | None] = field(default_factory=dict)
     """``(shard, key) -> objects[key]`` fetched for :meth:`known_states_needed` (``None``:
     that shard does not know the key)."""
+    _targets: list[int] = field(default_factory=list)
+    """The shard each delta's state maps to, computed once."""
     _index: int = 0
     _incoming: _Incoming | None = None
     _done: bool = False
@@ -161,10 +163,12 @@ class MovePlan:
     moves: int = 0
     """Moves whose incoming half was written (the object arrived on its new shard)."""
 
-    def target(self, delta: PendingDelta) -> int:
-        """The shard ``delta``'s state maps to."""
-        text = delta.shard_key
-        return shard_for(delta.key if text is None else text, self.shard_count)
+    def __post_init__(self) -> None:
+        count = self.shard_count
+        self._targets = [
+            shard_for(delta.key if delta.shard_key is None else delta.shard_key, count)
+            for delta in self.deltas
+        ]
 
     def _copies(self, where: dict[str, Copies], key: str) -> Copies:
         """``key``'s copies as assumed so far (``where``), from the placement at first."""
@@ -194,7 +198,7 @@ class MovePlan:
         where: dict[str, Copies] = {}
         upserted: dict[str, int] = {}
         needed: dict[int, list[str]] = {}
-        for delta in self.deltas:
+        for delta, target in zip(self.deltas, self._targets, strict=True):
             key, rv = delta.key, delta.resource_version
             copies = self._copies(where, key)
             if delta.type is DeltaType.DELETED:
@@ -202,7 +206,6 @@ class MovePlan:
                     del copies[shard]
                 upserted.pop(key, None)
                 continue
-            target = self.target(delta)
             source = self._source(copies, rv, target)
             if source is not None and source != target:
                 if upserted.get(key) != source:
@@ -227,14 +230,14 @@ class MovePlan:
             self._index = index + 1
             key, rv = delta.key, delta.resource_version
             copies = self._copies(where, key)
+            target = self._targets[index]
             if delta.type is DeltaType.DELETED:
-                shards = self._deletion_shards(copies, rv) or [self.target(delta)]
+                shards = self._deletion_shards(copies, rv) or [target]
                 for shard in shards:
                     groups.setdefault(shard, []).append(Write(DELETION, delta, delta.envelope))
                     copies.pop(shard, None)
                 self._last_upsert.pop(key, None)
                 continue
-            target = self.target(delta)
             source = self._source(copies, rv, target)
             if source is not None and source != target:
                 outgoing = self._outgoing(delta, source, target)

@@ -58,8 +58,11 @@ class Placement:
     """key -> the shards that know it (one, but for a crash's leftovers), and the moves that may
     be half written.
 
-    Not thread-safe: the publishing thread owns it (reads of the resume point and of the known
-    versions happen on the reflector's thread while nothing is being published).
+    Not thread-safe: the publishing thread updates it, and the reflector's thread replaces it
+    (reading the resume point or the known versions) only while nothing is being published.
+    The one reader besides (a relist asking whether an unchanged object is misplaced, while its
+    earlier chunks are published) asks about a key no chunk in flight holds (a list names each
+    key once), and a single dict read or write is atomic under the GIL.
     """
 
     __slots__ = ("_copies", "loaded", "pending")
@@ -117,7 +120,14 @@ class Placement:
     def written(self, key: str, shard: int, version: str | None) -> None:
         """A publish wrote an upsert of ``key`` at ``version`` on ``shard`` (``None``: a
         deletion, the shard no longer knows it)."""
-        others = tuple(copy for copy in self._copies.get(key, ()) if copy.shard != shard)
+        copies = self._copies.get(key, ())
+        if not copies or (len(copies) == 1 and copies[0].shard == shard):  # the usual cases
+            if version is not None:
+                self._copies[key] = (Copy(shard, version),)
+            elif copies:
+                del self._copies[key]
+            return
+        others = tuple(copy for copy in copies if copy.shard != shard)
         if version is not None:
             self._copies[key] = (*others, Copy(shard, version))
         elif others:

@@ -158,6 +158,7 @@ class DiesMidPublish:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # 300 examples by owner take ~10 s alone, more on a loaded machine
 @pytest.mark.parametrize("shard_key", ["key", "owner"])
 @settings(
     max_examples=300,
