@@ -433,6 +433,7 @@ class Reflector:
             # is idempotent per key, and the fresh diff sees it in the known state).
             self._metrics.expired.labels(**self._label).inc()
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
+            self._fresh_pipeline().flush()  # the fresh diff, and where keys are, see it all
             known = self._sink.known_versions()
             changes = self._publish_relist(
                 self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
