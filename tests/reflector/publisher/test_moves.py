@@ -250,6 +250,7 @@ def test_a_relist_moves_unchanged_objects_a_new_shard_key_places_elsewhere(
     by_key.finish_relist(1, "10")
 
     by_owner = make(redis_client)
+    by_owner.record_layout(ResourceLayout(SHARDS, BY_OWNER, "ConfigMap", "v1", namespaced=True))
     assert by_owner.known_versions() == {KEY: "10"}
     assert by_owner.misplaced(KEY, f"ns/{owner}")
     assert not by_owner.misplaced(KEY, KEY)
@@ -264,6 +265,7 @@ def test_a_relist_moves_unchanged_objects_a_new_shard_key_places_elsewhere(
     back = make(redis_client, ShardKeyChoice())
     back.resume_point()
     assert not back.tracks_placement, "a key names its shard"
+    assert back.recorded_layout() is not None  # by owner: keys may be elsewhere
     assert back.known_versions() == {KEY: "10"}
     assert back.tracks_placement, "but this one was left elsewhere by the owner shard key"
     assert back.misplaced(KEY, None)
@@ -273,6 +275,41 @@ def test_a_relist_moves_unchanged_objects_a_new_shard_key_places_elsewhere(
     back.finish_relist(1, "10")
     assert back.known_versions() == {KEY: "10"}
     assert not back.tracks_placement, "nothing is misplaced any more"
+
+
+def test_a_resource_sharded_by_key_looks_for_misplaced_keys_only_when_there_can_be_some(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sharded by key under a layout that says so, after a finished relist: a relist reads the
+    known versions as it always did, without hashing every known key once more."""
+    by_key = ShardKeyChoice()
+    publisher = make(redis_client, by_key)
+    publisher.record_layout(ResourceLayout(SHARDS, by_key, "Pod", "v1", namespaced=True))
+    deltas = [
+        replace(owned(DeltaType.ADDED, f"ns/p-{n}", "10", None), shard_key=None) for n in range(20)
+    ]
+    publisher.publish(1, deltas, checkpoint_rv=None)
+    publisher.finish_relist(1, "10")
+    checked: list[int] = []
+
+    def leader() -> ShardPublisher:
+        """A new leader's publisher, as the reflector starts it, counting stray checks."""
+        fresh = make(redis_client, by_key)
+        strays = fresh._strays
+        monkeypatch.setattr(
+            fresh, "_strays", lambda per_shard: checked.append(1) or strays(per_shard)
+        )
+        fresh.resume_point()
+        fresh.recorded_layout()
+        return fresh
+
+    assert len(leader().known_versions()) == 20
+    assert checked == [], "nothing can be elsewhere"
+    publisher.begin_relist(2)  # a relist that does not finish ...
+    again = leader()
+    assert len(again.known_versions()) == 20
+    assert checked == [1], "... may have been moving keys: they are checked"
+    assert not again.tracks_placement
 
 
 def test_the_bus_checks_follow_a_key_across_shards_and_catch_broken_moves(
