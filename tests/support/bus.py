@@ -18,7 +18,7 @@ entries are read with a client that does not decode responses (envelopes are byt
 
 from __future__ import annotations
 
-import heapq
+import collections
 import os
 import re
 import signal
@@ -126,6 +126,41 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _named_half(entry: Entry) -> tuple[int | None, str] | None:
+    """``(shard, stream id)`` of the outgoing half an incoming half names; ``None`` otherwise."""
+    move = entry.move
+    if move is None or move.outgoing:
+        return None
+    return move.from_shard, move.from_id
+
+
+def _written_order(shards: Mapping[int, Sequence[Entry]]) -> list[Entry]:
+    """One key's entries from each shard (each in stream order) in the order they were
+    written: a move's incoming half right after the outgoing half it names; otherwise the next
+    entry is the shard head with the lowest :attr:`Entry.order` among those not waiting for
+    their outgoing half (the shard of the entry before first, at equal ones). Only heads are
+    ever taken, so an entry out of order on its own shard stays so, for
+    :func:`order_problems` to see."""
+    queues = [collections.deque(entries) for entries in shards.values() if entries]
+    written: list[Entry] = []
+    emitted: set[tuple[int | None, str]] = set()
+    while any(queues):
+        heads = [queue[0] for queue in queues if queue]
+        last = written[-1] if written else None
+        chosen = None
+        if last is not None and last.outgoing:
+            named = (last.shard, last.stream_id)
+            chosen = next((e for e in heads if _named_half(e) == named), None)
+        if chosen is None:
+            ready = [e for e in heads if (half := _named_half(e)) is None or half in emitted]
+            ready = ready or heads
+            chosen = min(ready, key=lambda e: (e.order, last is None or e.shard != last.shard))
+        written.append(chosen)
+        emitted.add((chosen.shard, chosen.stream_id))
+        next(queue for queue in queues if queue and queue[0] is chosen).popleft()
+    return written
+
+
 class Bus:
     """One resource's shards in Redis, read-only. ``client`` must not decode responses."""
 
@@ -171,16 +206,12 @@ class Bus:
 
     def by_key(self, entries: Iterable[Entry] | None = None) -> dict[str, list[Entry]]:
         """Entries grouped per key in the order they were written: each shard's in stream
-        order, merged across shards (a key that moved has entries on several) by
-        :attr:`Entry.order`. Only the merge uses resourceVersions: an entry out of order on its
-        own shard stays out of order here, for :func:`order_problems` to see."""
+        order, interleaved across shards (a key that moved has entries on several) by
+        :func:`_written_order`."""
         per_shard: dict[str, dict[int, list[Entry]]] = {}
         for entry in self.all_entries() if entries is None else entries:
             per_shard.setdefault(entry.key, {}).setdefault(entry.shard, []).append(entry)
-        return {
-            key: list(heapq.merge(*shards.values(), key=lambda entry: entry.order))
-            for key, shards in per_shard.items()
-        }
+        return {key: _written_order(shards) for key, shards in per_shard.items()}
 
     def positions(self) -> dict[int, str]:
         """The last stream ID of every shard (``0-0`` when empty): a bookmark for
@@ -330,13 +361,23 @@ def as_history(by_key: Mapping[str, Sequence[Entry]]) -> dict[str, list[tuple[st
 
 
 def duplicate_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
-    """Keys on which one ``(type, rv)`` was published more than once (a move's half is another
-    delta than a plain one at the same version: a relist moves an unchanged object)."""
+    """Keys on which one ``(type, rv)`` was published more than once. A move's half is another
+    delta than a plain one at the same version (a relist moves an unchanged object, maybe there
+    and back again): it is told apart by its move, so an incoming half is a duplicate only of
+    one naming the same outgoing half (an outgoing half written twice leaves its key absent
+    twice over, which :func:`order_problems` reports)."""
     problems = []
     for key, entries in by_key.items():
-        seen: set[tuple[str, str, bool]] = set()
+        seen: set[tuple[str, str, str]] = set()
         for entry in entries:
-            identity = (entry.type, entry.rv, entry.move is not None)
+            move = entry.move
+            if move is None:
+                half = ""
+            elif move.outgoing:
+                half = f"out {entry.shard} {entry.stream_id}"
+            else:
+                half = f"in {move.from_shard} {move.from_id}"
+            identity = (entry.type, entry.rv, half)
             if identity in seen:
                 problems.append(f"{key}: {entry.type}@{entry.rv} published twice")
             seen.add(identity)

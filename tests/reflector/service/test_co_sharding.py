@@ -189,6 +189,25 @@ def test_changing_a_resources_shard_key_moves_its_objects_at_the_relist_it_force
         assert incoming.move == Move(from_shard=outgoing.shard, from_id=outgoing.stream_id)
     assert_consistent(configmaps)
 
+    # And back: sharded by key again, every object returns to the shard its key names.
+    by_owner.stop()
+    again = reflectors.start(resource=("configmaps",))
+    wait_synced(again)
+
+    def home() -> bool:
+        known = configmaps.known_by_shard()
+        return all(
+            [s for s, versions in known.items() if k in versions] == [shard_for(k, SHARDS)]
+            for k in keys
+        )
+
+    wait_until(home, PATIENCE, what="every object on the shard its key names")
+    assert metric(again, "informer_bus_reflector_moves_total", resource="configmaps") == len(moving)
+    assert configmaps.layout() == ResourceLayout(
+        SHARDS, ShardKeyChoice(), "ConfigMap", "v1", namespaced=True
+    )
+    assert_consistent(configmaps)
+
 
 def test_a_label_shard_key_counts_objects_without_the_label(
     sim: Simulator, reflectors: Reflectors, configmaps: Bus
