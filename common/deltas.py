@@ -129,6 +129,7 @@ def relist_diff(
     key_func: KeyFunc = meta_namespace_key,
     *,
     snapshot_rv: str | None = None,
+    moved: Callable[[str, Obj], bool] | None = None,
 ) -> Iterator[KeyedDelta]:
     """The deltas a relist really implies, given the resourceVersions already published.
 
@@ -153,7 +154,7 @@ def relist_diff(
             yield key, Delta(DeltaType.ADDED, obj)
             continue
         order = compare_resource_versions(resource_version(obj), previous)
-        if order == 1 or order is None:
+        if order == 1 or order is None or (order == 0 and moved is not None and moved(key, obj)):
             yield key, Delta(DeltaType.UPDATED, obj)
     vanished = sorted(
         key

@@ -47,6 +47,17 @@ class ReflectorMetrics:
             "resumes from the last event published (a relist only if the position keeps failing)",
             "reason",
         )
+        self.shard_key_fallbacks = counter(
+            "informer_bus_reflector_shard_key_fallbacks",
+            "objects sharded by their own key because they lack what the resource's shard key "
+            "names (label_missing: no such label), by reason",
+            "reason",
+        )
+        self.moves = counter(
+            "informer_bus_reflector_moves",
+            "objects moved to another shard (a new owner, a relabel, a new shard key): "
+            "incoming halves written",
+        )
         self.errors = counter(
             "informer_bus_reflector_errors", "list/watch/publish failures, by kind", "kind"
         )

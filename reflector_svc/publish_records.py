@@ -36,6 +36,10 @@ class PendingDelta:
     key: str
     resource_version: str
     envelope: bytes
+    shard_key: str | None = None
+    """What the object is sharded by (:mod:`common.shard_keys`), computed once where the
+    envelope is built; ``None`` when that is its key (the default choice), so a resource sharded
+    by key carries nothing more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,10 @@ class PublishResult:
 
     shards: Mapping[int, ShardPublishResult]
     published_by_type: Mapping[DeltaType, int] = field(default_factory=dict)
-    """Published (not skipped) deltas per type, for the "deltas published by type" metric."""
+    """Published (not skipped) deltas per type, for the "deltas published by type" metric (a
+    move's halves count as the Deleted and the Added they are on the streams)."""
+    moves: int = 0
+    """Objects that arrived on a new shard (incoming halves of moves written)."""
 
     @property
     def published(self) -> int:

@@ -30,6 +30,13 @@ int64 etcd revision above 2**53 still compares right); when either side is not a
 integer, only equality counts as "already have it". They are only used to skip duplicates,
 never to order.
 
+Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_keys`):
+the publisher keeps where each key lives (:mod:`reflector_svc.placement`) and writes a batch
+with moves as sub-batches, each cut after a move's outgoing half, the replay rule on in every
+one and the checkpoint moved only as far as every event before the move
+(:mod:`reflector_svc.moves`). A resource sharded by key (or namespace) keeps no placement: its
+key names its shard, and its publishes take exactly the path they took before moves existed.
+
 Deliberately no ``MAXLEN`` on the ``XADD``: a trim inside the publish would drop entries that a
 consumer group has not read yet, silently; :mod:`reflector_svc.retention` trims instead, below
 what every live group has consumed, and reports when a hard cap forces more.
@@ -38,7 +45,8 @@ what every live group has consumed, and reports when a hard cap forces more.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +55,13 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from common.deltas import DeltaType
-from common.redis_layout import CHECKPOINT_FIELDS, ShardKeys
+from common.publication import ResourceLayout, write_layout
+from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
+from common.shard_keys import ShardKeyChoice
 from common.sharding import shard_for
+from reflector_svc.moves import MovePlan, SubBatch, Write
+from reflector_svc.placement import Placement
 from reflector_svc.publish_records import (
     FencedError,
     PendingDelta,
@@ -59,6 +71,8 @@ from reflector_svc.publish_records import (
 )
 
 __all__ = ["ShardCheckpoint", "ShardPublisher"]
+
+_BY_KEY = ShardKeyChoice()
 
 
 @dataclass(frozen=True)
@@ -84,18 +98,36 @@ class ShardPublisher:
     """
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str, resource: str, shard_count: int
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str,
+        resource: str,
+        shard_count: int,
+        shard_key: ShardKeyChoice = _BY_KEY,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         shard_for("", shard_count)  # validates shard_count (ValueError)
         self._client = client
         self.prefix = prefix
         self.resource = resource
         self.shard_count = shard_count
+        self.shard_key = shard_key
+        """What the resource's objects are sharded by (the deltas carry the computed text)."""
+        self._wall_clock = wall_clock
+        # Where each key lives; None while the key names the shard of every object (sharded by
+        # key or namespace, nothing left elsewhere by an earlier shard key: known_versions).
+        self._placement: Placement | None = None if shard_key.key_names_shard else Placement()
+        # Whether keys may sit on another shard than their key names (a resource sharded by
+        # key or namespace): only after another shard key, or a relist that did not finish (it
+        # may have been moving them). Until resume_point and recorded_layout say, assume so.
+        self._strays_possible = True
         self.shards: tuple[ShardKeys, ...] = tuple(
             ShardKeys(prefix, resource, shard) for shard in range(shard_count)
         )
         self._publish_keys = tuple(
-            (keys.stream, keys.versions, keys.objects, keys.checkpoint) for keys in self.shards
+            (keys.stream, keys.versions, keys.objects, keys.checkpoint, keys.moving)
+            for keys in self.shards
         )
         # Registered once; their SHA1 is what every call sends. Outside a pipeline the Script
         # object reloads on NOSCRIPT itself; in a pipeline see _run.
@@ -103,8 +135,30 @@ class ShardPublisher:
         self._checkpoint_script: Script = client.register_script(CHECKPOINT_LUA)
 
     def shard_of(self, key: str) -> int:
-        """The shard owning cache key ``key``."""
-        return shard_for(key, self.shard_count)
+        """The shard owning cache key ``key`` by the resource's shard key, when the key names it
+        (sharded by key or namespace); ``ValueError`` otherwise (only the object says)."""
+        shard = self.shard_key.shard_of_key(key, self.shard_count)
+        if shard is None:
+            raise ValueError(f"{self.resource} is sharded by {self.shard_key}: keys name no shard")
+        return shard
+
+    @property
+    def tracks_placement(self) -> bool:
+        """Whether objects can be somewhere else than their state maps to, so that deltas may
+        move them: always for a resource sharded by owner or label; for one sharded by key or
+        namespace only after :meth:`known_versions` found keys an earlier shard key left on
+        other shards (until the next :meth:`resume_point`)."""
+        return self._placement is not None
+
+    def misplaced(self, key: str, shard_key: str | None) -> bool:
+        """Whether a shard knows ``key`` and it is not the one ``shard_key`` (the object's
+        computed shard key, ``None`` for the key itself) maps to: an unchanged object a relist
+        must move."""
+        placement = self._placement
+        if placement is None:
+            return False
+        target = shard_for(key if shard_key is None else shard_key, self.shard_count)
+        return any(copy.shard != target for copy in self._loaded(placement).copies(key))
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -126,13 +180,78 @@ class ShardPublisher:
         have written), and re-raises a Redis error of any shard's call, noting the shard.
         """
         _check_epoch(epoch)
+        if self._placement is not None:
+            return self._publish_placed(epoch, self._loaded(self._placement), deltas, checkpoint_rv)
         groups: dict[int, list[PendingDelta]] = {}
+        count = self.shard_count
         for delta in deltas:
-            groups.setdefault(shard_for(delta.key, self.shard_count), []).append(delta)
+            text = delta.shard_key
+            groups.setdefault(shard_for(delta.key if text is None else text, count), []).append(
+                delta
+            )
         groups = dict(sorted(groups.items()))  # a deterministic call order (and FencedError)
         calls = self._publish_calls(epoch, groups, checkpoint_rv)
         replies = self._run(calls)
         return self._publish_result(groups, replies)
+
+    def _publish_placed(
+        self,
+        epoch: int,
+        placement: Placement,
+        deltas: Sequence[PendingDelta],
+        checkpoint_rv: str | None,
+    ) -> PublishResult:
+        """:meth:`publish` where objects may move: sub-batch after sub-batch
+        (:mod:`reflector_svc.moves`), the moving keys' last states fetched first, at once."""
+        plan = MovePlan(
+            placement, deltas, self.shard_count, checkpoint_rv, self._known_state,
+            self._wall_clock,
+        )  # fmt: skip
+        plan.fetched = self._fetch_objects(plan.known_states_needed())
+        while (sub := plan.next()) is not None:
+            groups = dict(sorted(sub.groups.items()))
+            replies = self._run(self._sub_batch_calls(epoch, sub, groups))
+            plan.record(
+                sub,
+                {
+                    shard: tuple(_text(stream_id) or None for stream_id in reply[1:])
+                    for shard, reply in zip(groups, replies, strict=True)
+                },
+            )
+        return plan.result()
+
+    def _sub_batch_calls(
+        self, epoch: int, sub: SubBatch, groups: Mapping[int, Sequence[Write]]
+    ) -> list[_Call]:
+        head = (str(epoch), "1" if sub.replay else "0", sub.checkpoint)
+        calls: list[_Call] = []
+        for shard, writes in groups.items():
+            args: list[str | bytes] = list(head)
+            for write in writes:
+                args += (write.kind, write.delta.key, write.delta.resource_version, write.envelope)
+            calls.append(_Call(shard, self._publish_script, self._publish_keys[shard], args))
+        return calls
+
+    def _fetch_objects(
+        self, wanted: Mapping[int, Sequence[str]]
+    ) -> dict[tuple[int, str], bytes | None]:
+        """``objects[key]`` of each shard's wanted keys, in one round trip (``None``: the shard
+        does not know the key)."""
+        if not wanted:
+            return {}
+        pipe = self._client.pipeline(transaction=False)
+        for shard, keys in wanted.items():
+            pipe.hmget(self.shards[shard].objects, keys)
+        found: dict[tuple[int, str], bytes | None] = {}
+        for (shard, keys), values in zip(wanted.items(), pipe.execute(), strict=True):
+            for key, value in zip(keys, values, strict=True):
+                found[shard, key] = None if value is None else _bytes(value)
+        return found
+
+    def _known_state(self, shard: int, key: str) -> bytes | None:
+        """``objects[key]`` of ``shard``, alone: a move no prefetch foresaw (a replay)."""
+        value = self._client.hget(self.shards[shard].objects, key)
+        return None if value is None else _bytes(value)
 
     def _publish_calls(
         self,
@@ -177,7 +296,8 @@ class ShardPublisher:
         """Move every shard's checkpoint to ``rv`` (never backwards), fenced.
 
         For bookmarks and quiet periods: the caller vouches that every event up to ``rv`` has
-        been published (a bookmark's RV after the batch before it was published).
+        been published (a bookmark's RV after the batch before it was published), so the moves
+        at or below ``rv`` are complete and their ``moving`` entries go.
         """
         self._checkpoint_op(epoch, "advance", rv)
 
@@ -188,14 +308,16 @@ class ShardPublisher:
         self._checkpoint_op(epoch, "begin", "")
 
     def finish_relist(self, epoch: int, list_rv: str) -> None:
-        """After the whole diff is published: ``rv = synced_rv = list_rv``, not relisting."""
+        """After the whole diff is published: ``rv = synced_rv = list_rv``, not relisting, and no
+        move pending (every listed object is on the shard its state maps to)."""
         self._checkpoint_op(epoch, "finish", list_rv)
+        self._strays_possible = False
 
     def _checkpoint_op(self, epoch: int, op: str, rv: str) -> None:
         _check_epoch(epoch)
         args = [str(epoch), op, rv]
         calls = [
-            _Call(keys.shard, self._checkpoint_script, (keys.checkpoint,), args)
+            _Call(keys.shard, self._checkpoint_script, (keys.checkpoint, keys.moving), args)
             for keys in self.shards
         ]
         self._run(calls)
@@ -205,8 +327,11 @@ class ShardPublisher:
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
             pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
+        return self._checkpoints(pipe.execute())
+
+    def _checkpoints(self, replies: Sequence[Any]) -> list[ShardCheckpoint]:
         checkpoints = []
-        for rv, fence, synced_rv, relisting in pipe.execute():
+        for rv, fence, synced_rv, relisting in replies:
             checkpoints.append(
                 ShardCheckpoint(
                     rv=_text(rv),
@@ -223,8 +348,22 @@ class ShardPublisher:
         Shards that are ahead skip the replayed events (module docstring). ``needs_relist``
         when any shard is mid-relist or has no checkpoint (never listed), or when checkpoints
         are not decimal integers and differ (they cannot be ordered, so none is safe).
+
+        Where each key lives is read in the same round trip, when the resource's objects can
+        move (:attr:`tracks_placement`): whatever Redis kept or lost, publishing continues from
+        what it holds. A resource whose key names its shard forgets any placement here.
         """
-        checkpoints = self.read_checkpoints()
+        pipe = self._client.pipeline(transaction=False)
+        for keys in self.shards:
+            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
+        placed = not self.shard_key.key_names_shard
+        if placed:
+            self._queue_placement(pipe)
+        replies = pipe.execute()
+        count = self.shard_count
+        checkpoints = self._checkpoints(replies[:count])
+        self._placement = self._placement_of(replies[count:]) if placed else None
+        self._strays_possible = any(checkpoint.relisting for checkpoint in checkpoints)
         rvs = [checkpoint.rv for checkpoint in checkpoints]
         relisting = any(checkpoint.relisting for checkpoint in checkpoints)
         present = [rv for rv in rvs if rv is not None]
@@ -236,25 +375,113 @@ class ShardPublisher:
             return ResumePoint(present[0], relisting)
         return ResumePoint(None, True)
 
+    # -- the resource's layout ----------------------------------------------------------------
+
+    def recorded_layout(self) -> ResourceLayout | None:
+        """The layout the resource's last leader recorded (``ib:{R}:layout``); ``None`` when
+        none did (a reflector from before layouts, or nothing published yet); ``ValueError``
+        (one line) when what is there is unusable."""
+        fields = self._client.hgetall(ResourceKeys(self.prefix, self.resource).layout)
+        try:
+            layout = ResourceLayout.from_fields(fields)
+        except ValueError:
+            self._strays_possible = True
+            raise
+        # A reflector from before layouts sharded by key.
+        recorded = layout.shard_key if layout is not None else _BY_KEY
+        if recorded != self.shard_key:
+            self._strays_possible = True
+        return layout
+
+    def record_layout(self, layout: ResourceLayout) -> None:
+        """Record ``layout`` as the resource's (the leader, before its first publish)."""
+        write_layout(self._client, prefix=self.prefix, resource=self.resource, layout=layout)
+
     # -- relist support ---------------------------------------------------------------------
 
     def known_versions(self) -> dict[str, str]:
-        """key -> resourceVersion of every object any shard knows (one round trip)."""
+        """key -> resourceVersion of every object any shard knows (one round trip).
+
+        Also where each key lives, read from the same hashes: a relist diffs against this and
+        then publishes where the keys are. For a resource whose key names its shard, placement
+        is kept from here on only when some key is on another shard than its key names (left
+        there while the resource had another shard key), or a move may be half written; and
+        the keys are only checked for that when there can be such keys (the recorded layout
+        names another shard key, or a relist did not finish), so that a resource sharded by
+        key relists as fast as it did before moves existed.
+        """
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
             pipe.hgetall(keys.versions)
+        for keys in self.shards:
+            pipe.hgetall(keys.moving)
+        replies = pipe.execute()
+        count = self.shard_count
+        per_shard, moving = replies[:count], replies[count:]
         known: dict[str, str] = {}
-        for versions in pipe.execute():
+        for versions in per_shard:
             for key, version in versions.items():
                 known[_str(key)] = _str(version)
+        if (
+            self.shard_key.key_names_shard
+            and not any(moving)
+            and not (self._strays_possible and self._strays(per_shard))
+        ):
+            self._placement = None
+        else:
+            placement = Placement()
+            placement.reload(per_shard, moving)
+            self._placement = placement
         return known
+
+    def _loaded(self, placement: Placement) -> Placement:
+        """``placement``, read from Redis first if it never was (a caller that publishes
+        before asking where to resume)."""
+        if placement.loaded:
+            return placement
+        pipe = self._client.pipeline(transaction=False)
+        self._queue_placement(pipe)
+        self._placement = loaded = self._placement_of(pipe.execute())
+        return loaded
+
+    def _queue_placement(self, pipe: Any) -> None:
+        """Queue what :meth:`_placement_of` reads: every shard's versions, then its moves."""
+        for keys in self.shards:
+            pipe.hgetall(keys.versions)
+        for keys in self.shards:
+            pipe.hgetall(keys.moving)
+
+    def _placement_of(self, replies: Sequence[Any]) -> Placement:
+        count = self.shard_count
+        placement = Placement()
+        placement.reload(replies[:count], replies[count : 2 * count])
+        return placement
+
+    def _strays(self, per_shard: Sequence[Mapping[bytes | str, Any]]) -> bool:
+        """Whether some shard knows a key its key does not name (``per_shard[s]``: shard
+        ``s``'s versions)."""
+        shard_of_key = self.shard_key.shard_of_key
+        count = self.shard_count
+        return any(
+            shard_of_key(_str(key), count) != shard
+            for shard, versions in enumerate(per_shard)
+            for key in versions
+        )
+
+    def _shard_knowing(self, key: str) -> int | None:
+        """The shard that knows ``key``, as far as this publisher can tell without asking."""
+        if self._placement is not None:
+            return self._loaded(self._placement).get(key)
+        return self.shard_key.shard_of_key(key, self.shard_count)
 
     def last_objects(self, keys: Iterable[str]) -> dict[str, bytes]:
         """The last published envelope of each of ``keys`` that a shard knows (one round
         trip): what a relist's tombstone for a vanished key carries."""
         by_shard: dict[int, list[str]] = {}
         for key in keys:
-            by_shard.setdefault(shard_for(key, self.shard_count), []).append(key)
+            shard = self._shard_knowing(key)
+            if shard is not None:
+                by_shard.setdefault(shard, []).append(key)
         if not by_shard:
             return {}
         pipe = self._client.pipeline(transaction=False)
@@ -264,7 +491,7 @@ class ShardPublisher:
         for shard_keys, values in zip(by_shard.values(), pipe.execute(), strict=True):
             for key, value in zip(shard_keys, values, strict=True):
                 if value is not None:
-                    found[key] = value.encode() if isinstance(value, str) else value
+                    found[key] = _bytes(value)
         return found
 
     # -- running script calls ---------------------------------------------------------------
@@ -333,3 +560,7 @@ def _text(value: bytes | str | None) -> str | None:
 
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value

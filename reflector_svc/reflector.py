@@ -10,6 +10,12 @@ This is client-go's Reflector (reference section 1) with two changes that matter
 * **A broken watch is resumed, not relisted.** client-go relists after most watch errors; we
   re-watch from the last resourceVersion (checkpointed in Redis), and relist only when the
   server says that version is gone (410) or when a watch closes at once with nothing.
+* **Objects go where their resource's shard key sends them.** A resource sharded by owner or
+  label (``--resource configmaps?shardKey=owner``) publishes each object on the shard its state
+  maps to; the publisher moves it when that changes (:mod:`reflector_svc.moves`), and a relist
+  moves the unchanged objects a new shard key places elsewhere. The leader records the
+  resource's layout (shard count, shard key, kind, apiVersion, scope: ``ib:{R}:layout``) before
+  its first publish; when the recorded shard key is not its own, it relists first.
 * **A bad watch line costs a re-watch.** A line that is not a usable event ends the watch right
   after the events before it (as client-go's decoder does); the reflector counts and logs it,
   waits a moment and re-watches from the last event it published, so the server sends the
@@ -37,6 +43,8 @@ import redis
 from common.backoff import Backoff
 from common.deltas import relist_diff, resource_version
 from common.keys import Obj
+from common.publication import ResourceLayout
+from common.shard_keys import ShardKeyChoice
 from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (
     ApiUnavailableError,
@@ -124,6 +132,19 @@ class DeltaSink(Protocol):
 
     def finish_relist(self, epoch: int, list_rv: str) -> None: ...
 
+    @property
+    def tracks_placement(self) -> bool:
+        """Objects may be on another shard than their state maps to (then a relist asks
+        :meth:`misplaced` about every unchanged object)."""
+
+    def misplaced(self, key: str, shard_key: str | None) -> bool: ...
+
+    def recorded_layout(self) -> ResourceLayout | None:
+        """The layout the last leader recorded; ``None`` when none did; ``ValueError`` when
+        it is unusable."""
+
+    def record_layout(self, layout: ResourceLayout) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReflectorOptions:
@@ -170,21 +191,32 @@ class Reflector:
         options: ReflectorOptions,
         metrics: ReflectorMetrics,
         transform: Transform | None = None,
+        layout: ResourceLayout | None = None,
         rng: random.Random | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``layout``: how this leader shards the resource and what its objects are, recorded
+        before its first publish (``None``: record nothing, shard by key)."""
         self.resource = resource
         self.kind = kind
+        self.layout = layout
+        self.shard_key = layout.shard_key if layout is not None else ShardKeyChoice()
         self._source = source
         self._sink = sink
         self._options = options
         self._metrics = metrics
         self._rng = rng or random.Random()
         self._monotonic = monotonic
-        bad_inputs = metrics.bad_input
         self._deltas = DeltaBuilder(
-            resource, kind, transform, options.max_object_bytes, bad_inputs, wall_clock
+            resource,
+            kind,
+            transform,
+            options.max_object_bytes,
+            metrics.bad_input,
+            wall_clock,
+            shard_key=self.shard_key,
+            fallbacks=metrics.shard_key_fallbacks,
         )
         self._label = {"resource": resource}
         # The newest resourceVersion every shard has (events, bookmarks or a list): where the
@@ -317,9 +349,49 @@ class Reflector:
         everything (no persistence), and only its surviving checkpoints tell what to publish
         again (the per-key skip drops what survived)."""
         resume = self._sink.resume_point()
+        if self.layout is not None:
+            resume = self._record_layout(self.layout, resume)
         self.last_rv = resume.resource_version
         self._needs_list = resume.needs_relist or resume.resource_version is None
         self._resume_from_redis = False
+
+    def _record_layout(self, layout: ResourceLayout, resume: ResumePoint) -> ResumePoint:
+        """Record this leader's layout; when the objects were sharded by another shard key,
+        first mark every shard relisting, so that this leader (or, should it die before, the
+        next) relists and the relist moves every object to the shard its state maps to.
+
+        A resource without a recorded layout was published by a reflector from before layouts,
+        which sharded by key. A recorded shard count that is not ours is logged (changing it is
+        an operation of its own: docs/operations.md, "Changing the shard count"), not acted on.
+        """
+        try:
+            recorded = self._sink.recorded_layout()
+        except ValueError as exc:
+            log.warning("%s: %s; relisting", self.resource, exc)
+            recorded, known = None, False
+        else:
+            known = True
+        if recorded is not None and recorded.shard_count != layout.shard_count:
+            log.error(
+                "%s: the recorded layout has %d shards, this reflector writes %d: processors "
+                "configured for %d read the wrong shards (docs/operations.md, 'Changing the "
+                "shard count')",
+                self.resource, recorded.shard_count, layout.shard_count, recorded.shard_count,
+            )  # fmt: skip
+        previous = recorded.shard_key if recorded is not None else ShardKeyChoice()
+        published = recorded is not None or resume.resource_version is not None
+        if not known or (published and previous != layout.shard_key):
+            if known:
+                log.warning(
+                    "%s: objects are sharded by %s, this leader shards by %s: relisting so "
+                    "that every object moves to its shard",
+                    self.resource, previous, layout.shard_key,
+                )  # fmt: skip
+            if not resume.needs_relist:
+                self._sink.begin_relist(self._epoch)
+                resume = ResumePoint(resume.resource_version, True)
+        self._sink.record_layout(layout)
+        return resume
 
     def _count_error(self, kind: str) -> None:
         self._metrics.errors.labels(resource=self.resource, kind=kind).inc()
@@ -361,6 +433,7 @@ class Reflector:
             # is idempotent per key, and the fresh diff sees it in the known state).
             self._metrics.expired.labels(**self._label).inc()
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
+            self._fresh_pipeline().flush()  # the fresh diff, and where keys are, see it all
             known = self._sink.known_versions()
             changes = self._publish_relist(
                 self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
@@ -434,9 +507,23 @@ class Reflector:
     ) -> int:
         published = 0
         batch: list[PendingDelta] = []
-        diff = relist_diff(objects, known, self._last_known_objects, snapshot_rv=snapshot_rv)
-        for _key, delta in diff:
-            pending = self._deltas.pending(delta)
+        # The shard key of an unchanged object asked about (moved below), kept for its delta
+        # when it moved: relist_diff yields that delta right after asking.
+        asked: dict[str, str | None] = {}
+
+        def moved(key: str, obj: Obj) -> bool:
+            shard_key = self._deltas.shard_key_of(obj, key)
+            if not self._sink.misplaced(key, shard_key):
+                return False
+            asked[key] = shard_key
+            return True
+
+        diff = relist_diff(
+            objects, known, self._last_known_objects, snapshot_rv=snapshot_rv,
+            moved=moved if self._sink.tracks_placement else None,
+        )  # fmt: skip
+        for key, delta in diff:
+            pending = self._deltas.pending(delta, asked.pop(key, ...))
             if pending is None:
                 continue
             batch.append(pending)
@@ -606,6 +693,8 @@ class Reflector:
             )
         if result.skipped:
             self._metrics.deltas_skipped.labels(**self._label).inc(result.skipped)
+        if result.moves:
+            self._metrics.moves.labels(**self._label).inc(result.moves)
 
     def _advance(self, rv: str) -> None:
         self.last_rv = rv

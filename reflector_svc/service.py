@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from common.leader_election import LeaderElector
 from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer, serve_probes
+from common.publication import ResourceLayout
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.service_clients import service_clients
 from reflector_svc.lister_watcher import KubeSource
@@ -86,11 +87,19 @@ class ReflectorService:
     def _build_runner(self, spec: ResourceSpec) -> _ResourceRunner:
         resolved = resolve(self.api_client, spec)
         resource_id = spec.resource_id
+        layout = ResourceLayout(
+            shard_count=self.settings.shard_count,
+            shard_key=spec.shard_key,
+            kind=resolved.kind,
+            api_version=resolved.api_version,
+            namespaced=resolved.namespaced,
+        )
         publisher = ShardPublisher(
             self.redis,
             prefix=self.settings.prefix,
             resource=resource_id,
             shard_count=self.settings.shard_count,
+            shard_key=spec.shard_key,
         )
         transform = build_transform(
             is_secret=resolved.kind == "Secret" and spec.group == "",
@@ -106,6 +115,7 @@ class ReflectorService:
             options=reflector_options(self.settings),
             metrics=self.metrics,
             transform=transform,
+            layout=layout,
         )
         return _ResourceRunner(resolved=resolved, reflector=reflector, publisher=publisher)
 

@@ -30,7 +30,10 @@ class ReflectorSettings(ServiceSettings):
         default=(),
         metadata={
             "help": "resource to reflect: PLURAL[.VERSION[.GROUP]][@NAMESPACE][?labelSelector="
-            "..&fieldSelector=..], e.g. pods, deployments.v1.apps, widgets.v1.example.com@shop",
+            "..&fieldSelector=..&shardKey=..], e.g. pods, deployments.v1.apps, "
+            "widgets.v1.example.com@shop, configmaps?shardKey=owner; shardKey is what objects "
+            "are sharded by: key (default), namespace, owner (the controlling owner's key, to "
+            "share its shard) or label:NAME (objects without the label: their own key)",
             "metavar": "SPEC",
         },
     )

@@ -7,8 +7,10 @@ Key layout (:class:`ShardKeys`), for prefix ``ib``, resource ``pods``, shard 7 (
     ib:{pods:7}:versions     hash key -> resourceVersion of every object the shard knows
     ib:{pods:7}:objects      hash key -> last envelope published for the key (the known state)
     ib:{pods:7}:checkpoint   hash: rv, fence, synced_rv, relisting
+    ib:{pods:7}:moving       hash key -> the outgoing half of a move whose incoming half may
+                             not be written yet (to shard, stream id, the move's RV)
 
-Those four are the reflector's and every consumer reads them. Each consumer group (a processor
+Those five are the reflector's and every consumer reads them. Each consumer group (a processor
 group, a durable subscriber) has its own keys beside them (:class:`GroupShardKeys`); the default
 group ``processors`` keeps the names it had before groups existed, so deployments upgrade in
 place, and any other group ``G`` puts ``group:G:`` before the suffix::
@@ -63,7 +65,7 @@ __all__ = [
 DEFAULT_PREFIX: Final = "ib"
 """The key prefix informer-bus uses unless configured otherwise."""
 
-SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint")
+SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint", "moving")
 """The last part of every per-shard key name, in :meth:`ShardKeys.all_keys` order."""
 GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead", "initial_list", "expectations")
 """The last part of a group's per-shard key names, in :meth:`GroupShardKeys.all_keys` order."""
@@ -173,6 +175,19 @@ class ShardKeys:
         """
         return f"{self.prefix}:{self.hash_tag}:checkpoint"
 
+    @property
+    def moving(self) -> str:
+        """Hash key -> ``"<to shard> <stream id> <rv>"``: the outgoing halves of moves written
+        on this shard whose incoming halves on ``to shard`` may not be written yet.
+
+        A move is written in two steps (the incoming half names the outgoing half's stream id,
+        which only exists once Redis ran it), so a crash can fall between them. The key is then
+        known nowhere, and this entry is what lets the next leader, replaying the event at
+        ``rv``, write the incoming half with the right id. Written by the publish script with
+        the outgoing half; removed once a checkpoint says every event up to ``rv`` is published.
+        """
+        return f"{self.prefix}:{self.hash_tag}:moving"
+
     def for_group(self, group: str = PROCESSOR_GROUP) -> GroupShardKeys:
         """The keys consumer group ``group`` keeps on this shard."""
         return GroupShardKeys(self, group)
@@ -184,6 +199,7 @@ class ShardKeys:
             self.versions,
             self.objects,
             self.checkpoint,
+            self.moving,
         )
 
 

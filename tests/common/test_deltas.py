@@ -64,6 +64,24 @@ def test_relist_diff_emits_only_real_changes_and_tombstones() -> None:
     assert asked == [["ns/gone"]], "full objects are fetched once, only for vanished keys"
 
 
+def test_relist_diff_yields_unchanged_objects_that_moved_and_asks_only_about_those() -> None:
+    """An object whose shard changed must be published again, though its version did not."""
+    known_versions = {"ns/stays": "1", "ns/moves": "1", "ns/changed": "1", "ns/newer": "9"}
+    fresh = [pod("stays", "1"), pod("moves", "1"), pod("changed", "2"), pod("newer", "5")]
+    asked: list[str] = []
+
+    def moved(key: str, obj: Obj) -> bool:
+        asked.append(key)
+        return key == "ns/moves"
+
+    result = list(relist_diff(fresh, known_versions, dict.fromkeys, moved=moved))
+    assert result == [
+        ("ns/moves", Delta(DeltaType.UPDATED, pod("moves", "1"))),
+        ("ns/changed", Delta(DeltaType.UPDATED, pod("changed", "2"))),
+    ]
+    assert asked == ["ns/stays", "ns/moves"], "only unchanged objects are asked about"
+
+
 def test_resource_version_tolerates_objects_without_one() -> None:
     assert resource_version({"metadata": {"name": "x"}}) == ""
     assert resource_version({}) == ""

@@ -95,7 +95,14 @@ def test_shard_keys_layout() -> None:
     assert keys.versions == "ib:{pods:7}:versions"
     assert keys.objects == "ib:{pods:7}:objects"
     assert keys.checkpoint == "ib:{pods:7}:checkpoint"
-    assert keys.all_keys() == (keys.stream, keys.versions, keys.objects, keys.checkpoint)
+    assert keys.moving == "ib:{pods:7}:moving"
+    assert keys.all_keys() == (
+        keys.stream,
+        keys.versions,
+        keys.objects,
+        keys.checkpoint,
+        keys.moving,
+    )
 
 
 def test_the_default_group_keeps_the_key_names_it_had_before_groups() -> None:
@@ -167,7 +174,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in names}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in names}) == 1
-        assert len(set(names)) == 14
+        assert len(set(names)) == 15
         tags |= shard_tags
     assert len(tags) == 32
 

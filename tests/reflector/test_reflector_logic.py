@@ -3,19 +3,23 @@ the relist diff, 410s, closed watches and bad lines, with no socket and no Redis
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from common.deltas import Delta, DeltaType
+from common.publication import ResourceLayout
+from common.shard_keys import ShardKeyChoice
 from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
 from reflector_svc.api_errors import MalformedWatchEventError, ResourceExpiredError
 from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.metrics import ReflectorMetrics
+from reflector_svc.publish_records import PendingDelta, PublishResult
 from reflector_svc.reflector import Reflector
 from reflector_svc.service import reflector_options
 from reflector_svc.settings import ReflectorSettings
@@ -45,12 +49,14 @@ Start = Callable[..., Run]
 def start() -> Iterator[Start]:
     running: list[tuple[threading.Event, threading.Thread, Reflector, FakeSource]] = []
 
-    def run(source: FakeSource, sink: FakeSink | None = None) -> Run:
+    def run(
+        source: FakeSource, sink: FakeSink | None = None, layout: ResourceLayout | None = None
+    ) -> Run:
         sink = sink if sink is not None else FakeSink()
         metrics = ReflectorMetrics(CollectorRegistry())
         reflector = Reflector(
             resource="pods", kind="Pod", source=source, sink=sink, options=FAST,
-            metrics=metrics, rng=random.Random(7),
+            metrics=metrics, rng=random.Random(7), layout=layout,
         )  # fmt: skip
         stop = threading.Event()
         thread = threading.Thread(target=reflector.run, args=(1, stop), name="reflector")
@@ -143,3 +149,115 @@ def test_an_event_without_a_name_is_counted_and_skipped(start: Start) -> None:
     run = start(source)
     wait_until(lambda: len(run.sink.published) == 2, 5, what="the good event")
     assert run.count("informer_bus_reflector_bad_input_total", reason="no_name") == 1
+
+
+BY_KEY = ResourceLayout(4, ShardKeyChoice(), "Pod", "v1", namespaced=True)
+BY_OWNER = replace(BY_KEY, shard_key=ShardKeyChoice.parse("owner"))
+
+
+class LayoutFirstSink(FakeSink):
+    """Remembers the layout recorded when the first delta is published."""
+
+    layout_at_first_publish: ResourceLayout | None = None
+    published_any = False
+
+    def publish(
+        self, epoch: int, deltas: Sequence[PendingDelta], *, checkpoint_rv: str | None
+    ) -> PublishResult:
+        if deltas and not self.published_any:
+            self.published_any = True
+            self.layout_at_first_publish = self.layout
+        return super().publish(epoch, deltas, checkpoint_rv=checkpoint_rv)
+
+
+def synced_sink(layout: ResourceLayout | None) -> FakeSink:
+    """A sink a leader left synced at rv 5 with ``ns/a`` (and ``layout`` recorded)."""
+    sink = LayoutFirstSink(checkpoint="5", synced_rv="5", layout=layout)
+    envelope = DeltaEnvelope.from_delta(Delta(DeltaType.ADDED, pod("a", 1)), observed_at=0.0)
+    sink.versions[envelope.key] = "1"
+    sink.objects[envelope.key] = encode_envelope(envelope)
+    return sink
+
+
+def test_the_leader_records_its_layout_before_its_first_publish(start: Start) -> None:
+    sink = LayoutFirstSink()
+    run = start(FakeSource([pod("a", 1)]), sink, BY_OWNER)
+    wait_until(run.reflector.synced.is_set, 5, what="sync")
+    assert sink.published_any
+    assert sink.layout_at_first_publish == BY_OWNER
+
+
+@pytest.mark.parametrize(
+    ("recorded", "ours", "relists"),
+    [
+        (BY_KEY, BY_OWNER, True),
+        (BY_OWNER, BY_KEY, True),
+        (None, BY_OWNER, True),  # no layout: a reflector from before layouts, sharded by key
+        (None, BY_KEY, False),
+        (BY_OWNER, BY_OWNER, False),
+    ],
+)
+def test_a_leader_whose_shard_key_is_not_the_recorded_one_relists_first(
+    start: Start,
+    caplog: pytest.LogCaptureFixture,
+    recorded: ResourceLayout | None,
+    ours: ResourceLayout,
+    relists: bool,
+) -> None:
+    caplog.set_level(logging.INFO, logger="reflector_svc.reflector")
+    sink = synced_sink(recorded)
+    source = FakeSource([pod("a", 1)], rv=5)
+    run = start(source, sink, ours)
+    wait_until(lambda: source.watches, 5, what="the watch")
+    assert sink.layout == ours
+    assert len(source.lists) == (1 if relists else 0)
+    assert sink.synced_rv == "5" and not sink.relisting
+    said = [
+        r.getMessage() for r in caplog.records if "relisting so that every object" in r.getMessage()
+    ]
+    assert len(said) == (1 if relists else 0), said
+    if relists:
+        before = recorded.shard_key if recorded is not None else "key"
+        assert f"sharded by {before}, this leader shards by {ours.shard_key}" in said[0]
+    assert run.count("informer_bus_reflector_lists_total") == len(source.lists)
+
+
+class OrderedSink(LayoutFirstSink):
+    """Remembers the order of the calls that mark a relist and record a layout."""
+
+    calls: list[str]
+
+    def begin_relist(self, epoch: int) -> None:
+        self.calls.append("begin_relist")
+        super().begin_relist(epoch)
+
+    def record_layout(self, layout: ResourceLayout) -> None:
+        self.calls.append(f"record_layout {layout.shard_key}")
+        super().record_layout(layout)
+
+
+def test_a_relist_forced_by_a_new_shard_key_is_marked_before_the_layout_is_recorded(
+    start: Start,
+) -> None:
+    """A leader that dies between the two leaves the next one a relist to do (the shards are
+    marked relisting), though the layout that one finds is already its own."""
+    sink = OrderedSink(checkpoint="5", synced_rv="5", layout=BY_KEY)
+    sink.calls = []
+    source = FakeSource([pod("a", 1)], rv=5)
+    run = start(source, sink, BY_OWNER)
+    wait_until(run.reflector.synced.is_set, 5, what="sync")
+    wait_until(lambda: source.watches, 5, what="the watch")
+    assert sink.calls[:2] == ["begin_relist", "record_layout owner"]
+
+
+def test_a_recorded_shard_count_not_ours_is_an_error_in_the_log_not_a_stop(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="reflector_svc.reflector")
+    sink = synced_sink(replace(BY_KEY, shard_count=16))
+    source = FakeSource([pod("a", 1)], rv=5)
+    start(source, sink, BY_KEY)
+    wait_until(lambda: source.watches, 5, what="the watch")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "16 shards" in errors[0] and "writes 4" in errors[0], errors
+    assert sink.layout == BY_KEY

@@ -1,8 +1,9 @@
 """Read back what a reflector published, for tests (layout: ``docs/architecture.md``).
 
 * :class:`Bus`: one resource's shard streams decoded with :mod:`common.wire`, grouped per key in
-  stream order; the known state (``versions`` and ``objects``); checkpoints, fences and the
-  leader lease.
+  the order they were written (a key sharded by owner or label can move between shards:
+  ``docs/architecture.md``, "Moves between shards"); the known state (``versions`` and
+  ``objects``) per shard; the recorded layout; checkpoints, fences and the leader lease.
 * Checks that return a list of problems (empty when fine), so an assertion shows all of them:
   :func:`duplicate_problems`, :func:`order_problems`, :func:`known_state_problems`,
   :func:`history_problems` (published deltas against the API server's event history) and
@@ -17,6 +18,7 @@ entries are read with a client that does not decode responses (envelopes are byt
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import signal
@@ -33,8 +35,11 @@ from typing import Self, TypeVar
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.publication import ResourceLayout
 from common.redis_layout import DEFAULT_PREFIX, PROCESSOR_GROUP, ResourceKeys, ShardKeys
-from common.wire import FIELD, DeltaEnvelope, decode_envelope
+from common.shard_keys import ShardKeyChoice
+from common.sharding import shard_for
+from common.wire import FIELD, DeltaEnvelope, Move, decode_envelope
 from informer_bus.child_process import ChildProcess
 from tests.support.waiting import wait_until
 
@@ -93,9 +98,67 @@ class Entry:
     def is_deletion(self) -> bool:
         return self.type == "Deleted"
 
+    @property
+    def move(self) -> Move | None:
+        """Set on the two halves of a move between shards."""
+        return self.envelope.move
+
+    @property
+    def outgoing(self) -> bool:
+        """The old shard's half of a move (a deletion naming where the object went)."""
+        return self.envelope.move is not None and self.envelope.move.outgoing
+
+    @property
+    def incoming(self) -> bool:
+        """The new shard's half of a move (an addition naming the outgoing half)."""
+        return self.envelope.move is not None and not self.envelope.move.outgoing
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Where the entry falls in its key's history across shards: its resourceVersion, and
+        at equal ones a move's outgoing half before its incoming half (a relist moves an
+        unchanged object with both at the object's version)."""
+        rv = self.rv
+        return (int(rv) if rv.isascii() and rv.isdigit() else 0, 1 if self.incoming else 0)
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _named_half(entry: Entry) -> tuple[int | None, str] | None:
+    """``(shard, stream id)`` of the outgoing half an incoming half names; ``None`` otherwise."""
+    move = entry.move
+    if move is None or move.outgoing:
+        return None
+    return move.from_shard, move.from_id
+
+
+def _written_order(shards: Mapping[int, Sequence[Entry]]) -> list[Entry]:
+    """One key's entries from each shard (each in stream order) in the order they were
+    written: a move's incoming half right after the outgoing half it names; otherwise the next
+    entry is the shard head with the lowest :attr:`Entry.order` among those not waiting for
+    their outgoing half (the shard of the entry before first, at equal ones). Only heads are
+    ever taken, so an entry out of order on its own shard stays so, for
+    :func:`order_problems` to see."""
+    queues = [collections.deque(entries) for entries in shards.values() if entries]
+    written: list[Entry] = []
+    emitted: set[tuple[int | None, str]] = set()
+    while any(queues):
+        heads = [queue[0] for queue in queues if queue]
+        last = written[-1] if written else None
+        chosen = None
+        if last is not None and last.outgoing:
+            named = (last.shard, last.stream_id)
+            chosen = next((e for e in heads if _named_half(e) == named), None)
+        if chosen is None:
+            ready = [e for e in heads if (half := _named_half(e)) is None or half in emitted]
+            ready = ready or heads
+            chosen = min(ready, key=lambda e: (e.order, last is None or e.shard != last.shard))
+        written.append(chosen)
+        emitted.add((chosen.shard, chosen.stream_id))
+        next(queue for queue in queues if queue and queue[0] is chosen).popleft()
+    return written
 
 
 class Bus:
@@ -142,11 +205,13 @@ class Bus:
         return result
 
     def by_key(self, entries: Iterable[Entry] | None = None) -> dict[str, list[Entry]]:
-        """Entries grouped per key, each key's in stream order (a key lives on one shard)."""
-        grouped: dict[str, list[Entry]] = {}
+        """Entries grouped per key in the order they were written: each shard's in stream
+        order, interleaved across shards (a key that moved has entries on several) by
+        :func:`_written_order`."""
+        per_shard: dict[str, dict[int, list[Entry]]] = {}
         for entry in self.all_entries() if entries is None else entries:
-            grouped.setdefault(entry.key, []).append(entry)
-        return grouped
+            per_shard.setdefault(entry.key, {}).setdefault(entry.shard, []).append(entry)
+        return {key: _written_order(shards) for key, shards in per_shard.items()}
 
     def positions(self) -> dict[int, str]:
         """The last stream ID of every shard (``0-0`` when empty): a bookmark for
@@ -187,6 +252,34 @@ class Bus:
             for key, rv in self.client.hgetall(keys.versions).items():
                 known[_text(key)] = _text(rv)
         return known
+
+    def known_by_shard(self) -> dict[int, dict[str, str]]:
+        """shard -> its ``versions`` hash (key -> resourceVersion)."""
+        return {
+            keys.shard: {_text(k): _text(v) for k, v in self.client.hgetall(keys.versions).items()}
+            for keys in self.shards
+        }
+
+    def objects_by_shard(self) -> dict[int, dict[str, bytes]]:
+        """shard -> its ``objects`` hash (key -> the last envelope published for it there)."""
+        return {
+            keys.shard: {_text(k): bytes(v) for k, v in self.client.hgetall(keys.objects).items()}
+            for keys in self.shards
+        }
+
+    def layout(self) -> ResourceLayout | None:
+        """The layout the reflector recorded (``None``: none, a reflector from before)."""
+        return ResourceLayout.from_fields(self.client.hgetall(self.keys.layout))
+
+    def shard_of(self, entry: Entry) -> int | None:
+        """The shard ``entry``'s object maps to by the recorded layout's shard key (by key when
+        none is recorded); ``None`` for a tombstone without its object."""
+        layout = self.layout()
+        choice = layout.shard_key if layout is not None else ShardKeyChoice()
+        obj = entry.envelope.obj
+        if obj is None:
+            return None
+        return shard_for(choice.shard_key(obj, entry.key).text, len(self.shards))
 
     def known_objects(self) -> dict[str, bytes]:
         """key -> the last envelope published for it, over all shards' ``objects`` hashes."""
@@ -268,32 +361,53 @@ def as_history(by_key: Mapping[str, Sequence[Entry]]) -> dict[str, list[tuple[st
 
 
 def duplicate_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
-    """Keys on which one ``(type, rv)`` was published more than once."""
+    """Keys on which one ``(type, rv)`` was published more than once. A move's half is another
+    delta than a plain one at the same version (a relist moves an unchanged object, maybe there
+    and back again): it is told apart by its move, so an incoming half is a duplicate only of
+    one naming the same outgoing half (an outgoing half written twice leaves its key absent
+    twice over, which :func:`order_problems` reports)."""
     problems = []
     for key, entries in by_key.items():
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str, str]] = set()
         for entry in entries:
-            if (entry.type, entry.rv) in seen:
+            move = entry.move
+            if move is None:
+                half = ""
+            elif move.outgoing:
+                half = f"out {entry.shard} {entry.stream_id}"
+            else:
+                half = f"in {move.from_shard} {move.from_id}"
+            identity = (entry.type, entry.rv, half)
+            if identity in seen:
                 problems.append(f"{key}: {entry.type}@{entry.rv} published twice")
-            seen.add((entry.type, entry.rv))
+            seen.add(identity)
     return problems
 
 
 def order_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
-    """Per key, in stream order: resourceVersions strictly increase (a relist tombstone carries
-    the last known object, so it repeats the previous entry's RV), ``Added`` only while the key
-    is absent, ``Updated``/``Deleted`` only while it is present."""
+    """Per key, in the order written (:meth:`Bus.by_key`): resourceVersions strictly increase
+    (a relist tombstone and a move's outgoing half carry the last known object, so they repeat
+    the previous entry's RV; an incoming half may repeat its outgoing half's), ``Added`` only
+    while the key is absent, ``Updated``/``Deleted`` only while it is present; and the two
+    halves of every move come together: the outgoing half on the shard of the entry before it,
+    then, next for the key, the incoming half on the shard the outgoing half names, naming the
+    outgoing half's shard and stream id."""
     problems = []
     for key, entries in by_key.items():
         present = False
         previous: Entry | None = None
         for entry in entries:
-            where = f"{key}: {entry.type}@{entry.rv} (stream id {entry.stream_id})"
-            if entry.tombstone:
+            where = f"{key}: {entry.type}@{entry.rv} (shard {entry.shard}, id {entry.stream_id})"
+            problems += _move_problems(where, previous, entry)
+            if entry.tombstone or entry.outgoing:
                 if previous is None or entry.rv != previous.rv:
                     last = None if previous is None else previous.rv
-                    problems.append(f"{where}: tombstone does not carry the last rv {last}")
-            elif previous is not None and int(entry.rv) <= int(previous.rv):
+                    problems.append(f"{where}: does not carry the last rv {last}")
+            elif (
+                previous is not None
+                and int(entry.rv) <= int(previous.rv)
+                and not (entry.incoming and entry.rv == previous.rv)
+            ):
                 problems.append(f"{where}: not after {previous.type}@{previous.rv}")
             if entry.type == "Added" and present:
                 problems.append(f"{where}: Added while the key is present")
@@ -301,27 +415,68 @@ def order_problems(by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
                 problems.append(f"{where}: {entry.type} while the key is absent")
             present = not entry.is_deletion
             previous = entry
+        if previous is not None and previous.outgoing:
+            problems.append(f"{key}: the outgoing half {previous.stream_id} has no incoming half")
+    return problems
+
+
+def _move_problems(where: str, previous: Entry | None, entry: Entry) -> list[str]:
+    """What is wrong with how ``entry`` follows ``previous`` (the key's entry before it) where
+    either is half of a move."""
+    problems = []
+    if previous is not None and previous.outgoing and not entry.incoming:
+        problems.append(f"{where}: follows the outgoing half {previous.stream_id} unmoved")
+    if entry.outgoing and previous is not None and previous.shard != entry.shard:
+        problems.append(f"{where}: moves out of a shard the key was not on ({previous.shard})")
+    move = entry.move
+    if entry.incoming and move is not None:
+        if previous is None or not previous.outgoing:
+            problems.append(f"{where}: an incoming half without its outgoing half before it")
+        elif (move.from_shard, move.from_id) != (previous.shard, previous.stream_id):
+            problems.append(
+                f"{where}: names {move.from_shard}/{move.from_id}, the outgoing half is "
+                f"{previous.shard}/{previous.stream_id}"
+            )
+        elif previous.move is not None and previous.move.to_shard != entry.shard:
+            problems.append(f"{where}: the outgoing half sends it to {previous.move.to_shard}")
     return problems
 
 
 def known_state_problems(bus: Bus, by_key: Mapping[str, Sequence[Entry]]) -> list[str]:
-    """The known state agrees with the streams: ``versions`` and ``objects`` hold exactly the
-    keys whose last entry is not a deletion, at that entry's rv, with that entry's envelope."""
+    """The known state agrees with the streams: exactly the keys whose last entry is not a
+    deletion are known, each by exactly one shard -- the one that entry is on, which is the one
+    its object maps to by the recorded shard key -- in both ``versions`` (at that entry's rv)
+    and ``objects`` (that entry's envelope)."""
     problems = []
-    versions = bus.known_versions()
-    objects = bus.known_objects()
-    if versions.keys() != objects.keys():
-        problems.append(
-            f"versions and objects disagree on keys: {versions.keys() ^ objects.keys()}"
-        )
+    versions = bus.known_by_shard()
+    objects = bus.objects_by_shard()
+    knowing: dict[str, list[int]] = {}
+    for shard, known in versions.items():
+        if known.keys() != objects[shard].keys():
+            problems.append(
+                f"shard {shard}: versions and objects disagree on keys: "
+                f"{known.keys() ^ objects[shard].keys()}"
+            )
+        for key in known:
+            knowing.setdefault(key, []).append(shard)
     live = {key: entries[-1] for key, entries in by_key.items() if not entries[-1].is_deletion}
-    for key in versions.keys() - live.keys():
-        problems.append(f"{key}: known at rv {versions[key]} but its stream says absent")
+    for key in knowing.keys() - live.keys():
+        problems.append(f"{key}: known by shards {knowing[key]} but its streams say absent")
     for key, last in live.items():
-        if versions.get(key) != last.rv:
-            problems.append(f"{key}: versions has {versions.get(key)}, last entry {last.rv}")
-        if objects.get(key) != last.raw:
+        if knowing.get(key) != [last.shard]:
+            problems.append(
+                f"{key}: known by shards {knowing.get(key)}, last entry on {last.shard}"
+            )
+            continue
+        if versions[last.shard][key] != last.rv:
+            problems.append(
+                f"{key}: versions has {versions[last.shard][key]}, last entry {last.rv}"
+            )
+        if objects[last.shard].get(key) != last.raw:
             problems.append(f"{key}: objects does not hold the last published envelope")
+        mapped = bus.shard_of(last)
+        if mapped is not None and mapped != last.shard:
+            problems.append(f"{key}: on shard {last.shard}, its object maps to {mapped}")
     return problems
 
 
@@ -348,7 +503,7 @@ def history_problems(
         upserts = {rv for kind, rv in history if kind != "Deleted"}
         deletions = {rv for kind, rv in history if kind == "Deleted"}
         for entry in entries:
-            if entry.tombstone:
+            if entry.tombstone or entry.outgoing:  # the last known object, at its version
                 continue
             had = deletions if entry.is_deletion else upserts
             if entry.rv not in had:
@@ -371,12 +526,17 @@ def republish_problems(
 ) -> list[str]:
     """Entries published after a restart (``after``) that announce no change: an upsert whose RV
     is not newer than the key's last RV on the stream before the restart (``before``), or a
-    deletion of a key the stream already had deleted (or never had)."""
+    deletion of a key the stream already had deleted (or never had). A move's halves change
+    where the object is, not what it is (a relist moves unchanged objects): they are left to
+    :func:`order_problems`."""
     last: dict[str, Entry] = {key: entries[-1] for key, entries in before.items()}
     problems = []
     for entry in after:
         previous = last.get(entry.key)
         where = f"{entry.key}: {entry.type}@{entry.rv} after the restart"
+        if entry.move is not None:
+            last[entry.key] = entry
+            continue
         if entry.is_deletion:
             if previous is None or previous.is_deletion:
                 problems.append(f"{where} deletes a key the stream already had absent")

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from common.deltas import DeltaType, compare_resource_versions, publish_is_skipped
 from common.keys import Obj, meta_namespace_key
+from common.publication import ResourceLayout
 from reflector_svc.publish_records import (
     FencedError,
     PendingDelta,
@@ -176,6 +177,7 @@ class FakeSink:
     synced_rv: str | None = None
     published: list[PendingDelta] = field(default_factory=list)
     publish_faults: collections.deque[BaseException] = field(default_factory=collections.deque)
+    layout: ResourceLayout | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fence(self, epoch: int) -> None:
@@ -227,6 +229,17 @@ class FakeSink:
     def begin_relist(self, epoch: int) -> None:
         self._check(epoch)
         self.relisting = True
+
+    tracks_placement = False  # one shard: nothing is ever elsewhere
+
+    def misplaced(self, key: str, shard_key: str | None) -> bool:
+        return False
+
+    def recorded_layout(self) -> ResourceLayout | None:
+        return self.layout
+
+    def record_layout(self, layout: ResourceLayout) -> None:
+        self.layout = layout
 
     def finish_relist(self, epoch: int, list_rv: str) -> None:
         self._check(epoch)

@@ -103,6 +103,23 @@ def test_a_flag_that_does_not_parse_is_an_argparse_error_without_traceback() -> 
     assert "argument --shard-count: invalid int value: 'zero'" in errors[0]
 
 
+@pytest.mark.parametrize("command", [MODULE, CONSOLE], ids=["python-m", "informer-bus"])
+def test_an_unknown_shard_key_is_a_one_line_error_before_connecting(command: list[str]) -> None:
+    # Nothing listens at either URL: the spec is refused before anything is connected.
+    result = _run(
+        command, "--resource", "configmaps?shardKey=uid", "--kube-url", "http://127.0.0.1:1",
+        "--redis-url", "redis://127.0.0.1:1/0",
+    )  # fmt: skip
+    line = _one_line_error(result)
+    assert "unknown shard key 'uid'" in line
+    assert "key, namespace, owner or label:NAME" in line
+
+
+def test_help_names_the_shard_key_choices() -> None:
+    text = " ".join(_run(MODULE, "--help").stdout.split())
+    assert "shardKey=" in text and "label:NAME" in text
+
+
 def test_an_unknown_resource_is_a_one_line_error(sim: Simulator, redis_server: RedisServer) -> None:
     result = _run(
         MODULE, "--resource", "nosuchthings", "--kube-url", sim.url,

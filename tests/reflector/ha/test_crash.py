@@ -186,7 +186,7 @@ class CrashBetweenShards:
     def __call__(self, calls: Sequence[_Call]) -> list[Any]:
         if self.crashed.is_set():
             raise redis.ConnectionError("this reflector is dead")
-        watch_batch = all(len(call.keys) == 4 and call.args[1] == "1" for call in calls)
+        watch_batch = all(len(call.keys) == 5 and call.args[1] == "1" for call in calls)
         prefix = _trap_prefix(calls) if self.armed.is_set() and watch_batch else None
         if prefix is None:
             return self._execute(calls)

@@ -70,7 +70,7 @@ def test_each_script_call_declares_only_keys_of_its_shard(
     publisher.finish_relist(1, "140")
     # Five operations on every shard (a fresh server adds one NOSCRIPT re-run per script).
     assert (
-        len({(call.shard, call.args[1] if len(call.keys) == 1 else "publish") for call in seen})
+        len({(call.shard, call.args[1] if len(call.keys) == 2 else "publish") for call in seen})
         == 5 * SHARDS
     )
     for call in seen:
@@ -78,9 +78,9 @@ def test_each_script_call_declares_only_keys_of_its_shard(
         assert {hash_tag(key) for key in call.keys} == {f"pods:{call.shard}"}
         assert len({key_slot(key.encode()) for key in call.keys}) == 1
         assert set(call.keys) <= set(keys.all_keys())
-    publish_calls = [call for call in seen if len(call.keys) == 4]
+    publish_calls = [call for call in seen if len(call.keys) == 5]
     assert {call.keys for call in publish_calls} == {
-        (k.stream, k.versions, k.objects, k.checkpoint) for k in publisher.shards
+        (k.stream, k.versions, k.objects, k.checkpoint, k.moving) for k in publisher.shards
     }
 
 
@@ -466,3 +466,35 @@ def test_a_tombstone_is_published_even_in_a_checkpointing_batch(redis_client: re
     tombstone = delta(DeltaType.DELETED, key, "10", tombstone=True)
     assert publisher.publish(1, [tombstone], checkpoint_rv="30").published == 1
     assert publisher.known_versions() == {}
+
+
+def test_checkpoints_forget_the_moves_they_vouch_for(redis_client: redis.Redis) -> None:
+    """An outgoing half's entry in ``moving`` lives until a checkpoint covers its move's RV:
+    advancing to that RV says the incoming half is written, a finished relist says every
+    object is where its state maps to."""
+    publisher = make(redis_client)
+    publisher.fence(1)
+    key, other = KEYS[0], KEYS[1]
+    publisher.publish(1, [added(key, "10"), added(other, "11")], checkpoint_rv="11")
+    for pending, rv in ((key, "20"), (other, "30")):
+        shard = shard_for(pending, SHARDS)
+        args: list[str | bytes] = ["1", "1", "", "O3", pending, rv, deleted(pending, rv).envelope]
+        publisher._run(
+            [_Call(shard, publisher._publish_script, publisher._publish_keys[shard], args)]
+        )
+
+    def moving() -> dict[str, str]:
+        return {
+            k.decode(): v.decode().split(" ")[2]
+            for keys in publisher.shards
+            for k, v in redis_client.hgetall(keys.moving).items()
+        }
+
+    assert moving() == {key: "20", other: "30"}
+    assert publisher.known_versions() == {}
+    publisher.advance_checkpoints(1, "19")
+    assert moving() == {key: "20", other: "30"}
+    publisher.advance_checkpoints(1, "20")  # at the move's RV: its incoming half is written
+    assert moving() == {other: "30"}
+    publisher.finish_relist(1, "26")
+    assert moving() == {}
