@@ -5,7 +5,9 @@ whose ``reconcile`` appends one JSON line per call to ``$IB_RECORD_FILE``:
 ``{"member", "pid", "key", "start", "end", "error"}`` with wall-clock unix seconds (one
 machine, so the lines of several processes can be compared), written and flushed when the call
 ends; a line ``{"member", "pid", "key", "start"}`` is written when it starts, so a reconcile
-cut short by ``kill -9`` still shows when it began.
+cut short by ``kill -9`` still shows when it began. ``$IB_RECONCILE_DELAY`` (seconds, default 0)
+makes every reconcile take that much longer, after its writes: a slow reconcile, so hand-overs
+find some running.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class RecordingWidgetOperator(WidgetOperator):
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
         self._member = os.environ.get("IB_MEMBER", "")
+        self._delay = float(os.environ.get("IB_RECONCILE_DELAY", "0"))
         self._lock = threading.Lock()
         self._file: IO[str] = open(  # noqa: SIM115 - closed in stop()
             os.environ["IB_RECORD_FILE"], "a", buffering=1, encoding="utf-8"
@@ -43,6 +46,8 @@ class RecordingWidgetOperator(WidgetOperator):
         error = None
         try:
             super().reconcile(key)
+            if self._delay:
+                time.sleep(self._delay)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             raise
