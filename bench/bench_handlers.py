@@ -31,7 +31,7 @@ import orjson
 
 from informer_bus.apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
 
-__all__ = ["DIR_ENV", "RECORD", "IoBound", "Trivial", "Update", "handler_clock_ns"]
+__all__ = ["DIR_ENV", "RECORD", "IoBound", "Null", "Trivial", "Update", "handler_clock_ns"]
 
 DIR_ENV = "BENCH_PIPELINE_DIR"
 RECORD = struct.Struct("<qqq")
@@ -133,6 +133,24 @@ class Trivial:
         temporary = stats.with_suffix(".tmp")
         temporary.write_bytes(orjson.dumps({"pid": self.pid, **self.counts}))
         os.replace(temporary, stats)
+
+
+class Null:
+    """Does nothing at all: what the processor itself spends on an event, for a bench that
+    counts progress in Redis (several of these can run in one process; :class:`Trivial`'s
+    report files are per process)."""
+
+    def __init__(self, context: Any = None) -> None:
+        pass
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        pass
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        pass
+
+    def on_delete(self, obj: Any) -> None:
+        pass
 
 
 class IoBound(Trivial):
