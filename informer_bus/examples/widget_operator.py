@@ -148,13 +148,7 @@ class WidgetOperator(Controller):
         reply = self.core.create_namespaced_config_map(
             widget["metadata"]["namespace"], body, _preload_content=False
         )
-        written = orjson.loads(reply.data)
-        self.expect_version(
-            key,
-            written["metadata"]["resourceVersion"],
-            resource="configmaps",
-            object_key=config_key,
-        )
+        self._wrote_config_map(key, config_key, reply)
 
     def _replace(self, key: str, config_key: str, widget: Obj, current: Obj) -> None:
         body = config_map_for(widget)
@@ -163,13 +157,13 @@ class WidgetOperator(Controller):
         reply = self.core.replace_namespaced_config_map(
             body["metadata"]["name"], body["metadata"]["namespace"], body, _preload_content=False
         )
+        self._wrote_config_map(key, config_key, reply)
+
+    def _wrote_config_map(self, key: str, config_key: str, reply: Any) -> None:
+        """The next reconcile of ``key`` waits until the ConfigMap cache holds this write."""
         written = orjson.loads(reply.data)
-        self.expect_version(
-            key,
-            written["metadata"]["resourceVersion"],
-            resource="configmaps",
-            object_key=config_key,
-        )
+        version = written["metadata"]["resourceVersion"]
+        self.expect_version(key, version, resource="configmaps", object_key=config_key)
 
     def _delete(self, key: str, config_key: str, current: Obj) -> None:
         metadata = current["metadata"]
