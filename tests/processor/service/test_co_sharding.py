@@ -221,3 +221,19 @@ def test_a_handler_for_a_resource_not_served_is_refused_in_one_line(stack: Stack
     assert "wants the events of configmaps, which this processor does not serve" in message
     assert "--resource configmaps" in message
     assert "\n" not in message
+
+
+def test_an_owns_of_a_resource_nobody_reflects_keeps_the_processor_waiting_and_says_which(
+    stack: Stack,
+) -> None:
+    stack.sim.populate("pods", 10, seed=1)
+    stack.reflector("pods")
+    a = stack.processor(
+        "a", handlers=[], handler=("tests.processor.service.controllers:PodsOwningConfigMaps",)
+    )
+    assert a.plan.co_sharded == ("pods", "configmaps")  # from the class, no --resource
+    wait_until(lambda: "no reflector has published" in a.readyz()[1], 10)
+    ready, reason = a.readyz()
+    assert not ready
+    assert "resource 'configmaps'" in reason
+    assert a.owned_shards() == []
