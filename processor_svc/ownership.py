@@ -204,6 +204,7 @@ class ShardOwnership:
         self._on_lost = on_lost
         self._on_losing = on_losing
         self._heartbeat_interval = membership.heartbeat_interval
+        self._settle_limit = membership.member_ttl
         self._renew_deadline = timing.renew_deadline
         self._retry_period = timing.retry_period
         self._clock: Clock = clock if clock is not None else MonotonicClock()
@@ -341,7 +342,8 @@ class ShardOwnership:
             self._shutdown()
 
     def _loop(self) -> None:
-        next_view = next_tick = self._clock.now()
+        started = next_view = next_tick = self._clock.now()
+        stable_since = started
         while self._wait_until(min(next_view, next_tick, self._next_renew_deadline())):
             try:
                 self._enforce_renew_deadlines()
@@ -355,6 +357,11 @@ class ShardOwnership:
                     continue
                 changed = view.members != self._members_seen
                 self._members_seen = view.members
+                if changed:
+                    stable_since = now
+                if self._settling(now, started, stable_since):
+                    next_tick = next_view  # look again at the next heartbeat
+                    continue
                 if changed or now >= next_tick:
                     next_tick = now + self._retry_period
                     retry_at = self._tick(view)
@@ -362,6 +369,18 @@ class ShardOwnership:
                         next_tick = min(next_tick, retry_at)
             except Exception:  # a bug must not end ownership silently: log, go on
                 log.exception("shard ownership tick failed", extra=self._extra)
+
+    def _settling(self, now: float, started: float, stable_since: float) -> bool:
+        """Whether the first assignment must wait: processors started together would otherwise
+        each see only the members that heartbeated before them, take every free shard, and
+        hand most of them over a heartbeat later, each hand-over costing a takeover (and, with
+        a busy machine, the time to stop it). So until this member first acquires a shard, it
+        assigns only once its view of the members has not changed for one heartbeat interval
+        (every member started with it has heartbeated by then), for at most ``member_ttl``
+        seconds after it started. A lone processor's first shard comes one heartbeat later."""
+        if self._acquisitions or now - started >= self._settle_limit:
+            return False
+        return now - stable_since < self._heartbeat_interval
 
     def _wait_until(self, deadline: float) -> bool:
         """Sleep until ``deadline`` (clock time); ``False`` once :meth:`stop` was called."""

@@ -374,6 +374,25 @@ def test_a_hand_over_stops_every_leaving_shard_before_waiting_for_the_first(
     assert seen_while_handing_over == [[list(range(8, 16))]]
 
 
+def test_members_started_together_settle_in_one_assignment(
+    cluster: Cluster, log: IntervalLog
+) -> None:
+    """Issue 16: four processors started together must not each take every free shard and hand
+    most back a heartbeat later (a takeover each, and on a busy machine a slow one); they wait
+    one quiet heartbeat for each other, then split the shards once."""
+    members = [cluster.make(name, start=False) for name in "abcd"]
+    threads = [threading.Thread(target=member.start) for member in members]
+    for offset, thread in enumerate(threads):
+        thread.start()
+        time.sleep(HEARTBEAT * 0.2 * offset)  # not quite at once: within one heartbeat
+    for thread in threads:
+        thread.join()
+    wait_until(lambda: balanced(*members), 10, what="four members balanced")
+    assert sorted(counts(*members)) == [4, 4, 4, 4]
+    assert [member.losses for member in members] == [0, 0, 0, 0], "a shard changed hands"
+    assert len(log.intervals) == SHARDS  # every shard acquired once, by its final owner
+
+
 def test_third_member_balances_six_five_five(cluster: Cluster) -> None:
     a, b = cluster.make("a"), cluster.make("b")
     wait_until(lambda: balanced(a, b), timeout=3, interval=0.005)
