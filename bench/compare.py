@@ -28,11 +28,13 @@ update's churn step, the simulator's commit stamp and its own CLOCK_MONOTONIC re
 same pods, for three workloads:
 
 * **initial sync** of ``--pods`` pods: a contender's own LIST (or watch) until it holds every
-  object (the ones with event handlers: until the handler saw every object). informer-bus end
-  to end: the reflector's list into Redis (from its "listing" to its "synced" log line), plus
-  the processors' sync from that filled Redis (from their start-up until every processor is
-  ready with a balanced shard assignment) -- the two run one after the other here, so the sum
-  is an upper bound of a cold start;
+  object (the ones with event handlers: until the handler saw every object). informer-bus: its
+  **cold start**, the reflector and 4 processors spawned together on an empty Redis, until the
+  handlers saw every pod (what a user waits for; processors wait for the reflector's list to
+  reach every shard, then take their shards over);
+* **warm restart** (informer-bus only): 1, 2 and 4 processors restarted on the filled Redis,
+  no API LIST, from their start-up line until all are ready with a balanced assignment; its
+  yardstick is the bare reader's LIST;
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
@@ -51,10 +53,19 @@ Memory: peak RSS per process; Redis ``used_memory`` per cached pod after the ref
 pod during its sync. Both are compared with the JSON size of a pod as cached (managedFields
 stripped, as the reflector does by default).
 
-Targets (issue 8), as ratios measured in this run: informer-bus burst events/s >= 5x
+**CPU per event** (issue 16): user + system CPU of every process (``/proc``) over exactly each
+workload's span, divided by its events: each peer's process; informer-bus' reflector,
+redis-server and each processor; the simulator's beside them. It is the headline: on a shared
+2-core machine events/s move 2-3x between runs, CPU per event does not.
+
+Targets, as ratios measured in this run. Issue 8: informer-bus burst events/s >= 5x
 SharedInformer, >= 3x kopf, >= 0.6x the bare loop; initial sync with 4 processors >= 5x faster
 than SharedInformer; p99 latency at the steady rate <= 10 ms; processor memory per cached pod
 <= 1.5x its JSON; Redis memory <= 2x the JSON of the cached objects plus the retained stream.
+Issue 16, on the burst with 1 processor: CPU per event over the bare reader's at most 1.5x for
+the reflector, 1x for redis-server, 1.5x for the processor, 4x in all; SharedInformer's CPU per
+event >= 4x informer-bus' in all; steady p99 <= 3x the bare reader's; cold start >= 5x faster
+than SharedInformer's initial sync; warm restart no slower than the bare reader's LIST.
 """
 
 from __future__ import annotations
@@ -77,9 +88,11 @@ from compare_report import (
     PROGRAM,
     STEADY,
     SYNC,
+    WARM,
     Result,
     informer_bus_key,
     informer_bus_label,
+    issue16_targets,
     memory_targets,
     notes,
     print_table,
@@ -87,10 +100,10 @@ from compare_report import (
     write_chart,
 )
 from harness import BenchError, start_simulator_and_redis
-from pipeline import start_reflector
 from pipeline_workloads import burst, steady
-from proc_stats import memory_kb, peak_rss_mb
+from proc_stats import CpuSpan, memory_kb, peak_rss_mb, process_cpu_seconds
 from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
+from reflector_child import ReflectorChild
 from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import Sim
@@ -102,6 +115,7 @@ from tests.support.redis_server import RedisServer
 
 CONFIGURATIONS = ((1, False), (2, False), (4, False), (1, True))
 """informer-bus runs: (processors, compact cache); the compact run is the memory target's."""
+COLD_START_PROCESSORS = 4
 
 DEFAULTS = {"pods": 100_000, "burst": 50_000, "steady_seconds": 30.0, "steady_rate": 1000.0}
 QUICK = {"pods": 5_000, "burst": 5_000, "steady_seconds": 5.0, "steady_rate": 1000.0}
@@ -122,9 +136,13 @@ class ContenderChild(ProcessorChild):
                      "--sim-url", sim_url, "--pods", str(pods)]  # fmt: skip
         self.stop_timeout = 10.0
         self.sync_seconds: float | None = None
+        self.sync_cpu_seconds = 0.0
 
     def on_message(self, message: str, arrived: float) -> None:
-        if message.startswith("synced "):
+        if message == "started":
+            self.cpu_at_started = process_cpu_seconds(self.pid)
+        elif message.startswith("synced "):
+            self.sync_cpu_seconds = process_cpu_seconds(self.pid) - self.cpu_at_started
             self.sync_seconds = float(message.split()[1])
 
 
@@ -148,8 +166,11 @@ def last_step_seen(group: Group, count: int, what: str) -> None:
         time.sleep(0.5)
 
 
-def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind: str) -> Result:
+def contender_burst(
+    sim: Sim, group: ContenderGroup, count: int, seed: int, kind: str, *, pids: dict[str, list[int]]
+) -> Result:
     group.mark()
+    span = CpuSpan(pids)
     sim.burst(count, seed)
     what = f"{LABELS[kind]}'s burst"
     if kind == KOPF:
@@ -158,19 +179,33 @@ def contender_burst(sim: Sim, group: ContenderGroup, count: int, seed: int, kind
         wait_for(
             lambda: group.updates_seen() >= count, what, timeout_for(count), alive=group.check_alive
         )
+    cpu = span.per_event_us(count)
     times = [update.handled for update in group.updates()]
     if kind != KOPF and len(times) != count:
         raise BenchError(f"{LABELS[kind]} saw {len(times)} updates for a burst of {count}")
     pid = group.children[0].pid
     return Result(BURST, kind, LABELS[kind], count, max(1e-6, max(times) - min(times)),
-                  peak_rss_mb([pid]), extra={"handled": len(times)})  # fmt: skip
+                  peak_rss_mb([pid]), extra={"handled": len(times)}, cpu=cpu)  # fmt: skip
 
 
-def _steady_result(row: Any, contender: str, label: str, pids: Sequence[int]) -> Result:
+def measure_steady(
+    args: argparse.Namespace,
+    sim: Sim,
+    group: Group,
+    seed: int,
+    *,
+    key: tuple[str, str],
+    pids: dict[str, list[int]],
+    coalescing: bool = False,
+) -> Result:
+    """The steady churn, and the CPU per update of every process in ``pids`` over it."""
+    span = CpuSpan(pids)
+    row, _ = steady(sim, group, args.steady_rate, args.steady_seconds, seed, coalescing=coalescing)
+    cpu = span.per_event_us(row.events)
     latency = {k: row.extra[k] for k in ("p50_ms", "p99_ms", "max_ms") if k in row.extra}
     extra = {k: row.extra[k] for k in ("handled", "rate_churned") if k in row.extra}
-    return Result(STEADY, contender, label, row.events, row.seconds, peak_rss_mb(pids),
-                  latency, extra)  # fmt: skip
+    peak = peak_rss_mb([child.pid for child in group.children])
+    return Result(STEADY, *key, row.events, row.seconds, peak, latency, extra, cpu)
 
 
 def measure_contender(
@@ -192,18 +227,16 @@ def measure_contender(
             alive=child.check_alive,
         )
         assert child.sync_seconds is not None
-        results.append(
-            Result(SYNC, kind, label, args.pods, child.sync_seconds, peak_rss_mb([child.pid]))
-        )
+        sync_cpu = {"contender": round(child.sync_cpu_seconds / args.pods * 1e6, 1)}
+        results.append(Result(SYNC, kind, label, args.pods, child.sync_seconds,
+                              peak_rss_mb([child.pid]), cpu=sync_cpu))  # fmt: skip
         sim.wait_watching(alive=child.check_alive)
+        pids = {"contender": [child.pid], "simulator": [sim.process.pid]}
         progress(args, f"{label}: burst of {args.burst:,} updates")
-        results.append(contender_burst(sim, group, args.burst, next(seeds), kind))
+        results.append(contender_burst(sim, group, args.burst, next(seeds), kind, pids=pids))
         progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
-        row, _ = steady(
-            sim, group, args.steady_rate, args.steady_seconds, next(seeds),
-            coalescing=kind == KOPF,
-        )  # fmt: skip
-        results.append(_steady_result(row, kind, label, [child.pid]))
+        results.append(measure_steady(args, sim, group, next(seeds), key=(kind, label), pids=pids,
+                                      coalescing=kind == KOPF))  # fmt: skip
     finally:
         group.stop()
         sim.end_watches()
@@ -226,6 +259,89 @@ def used_memory(redis_url: str) -> int:
         client.close()
 
 
+def all_handled(group: Group) -> int:
+    """Pods the group's handlers were given as adds (initial list or later), from their
+    counters: what a cold start waits for."""
+    counts = group.counts()
+    return counts.get("initial_adds", 0) + counts.get("adds", 0)
+
+
+def cold_start(
+    args: argparse.Namespace,
+    sim: Sim,
+    server: RedisServer,
+    *,
+    workdir: Path,
+    stack: contextlib.ExitStack,
+) -> tuple[ReflectorChild, Result]:
+    """The reflector and COLD_START_PROCESSORS processors started together on an empty Redis,
+    timed from their spawn until the handlers have seen every pod and the shards are spread:
+    what a user waits for, the reflector listing while the processors consume. The reflector
+    stays up (watching) for the rest of the run."""
+    label = informer_bus_label(COLD_START_PROCESSORS) + ", cold start"
+    progress(args, f"{label}: reflector and processors started together, {args.pods:,} pods")
+    data_dir = workdir / "data-cold"
+    data_dir.mkdir()
+    group = Group(COLD_START_PROCESSORS, TRIVIAL, server.url, data_dir=data_dir,
+                  workdir=workdir, tag="cold")  # fmt: skip
+    reflector = ReflectorChild(sim.url, server.url, workdir / "reflector.log")
+    stack.callback(reflector.stop)
+    assert server.process is not None
+    spawned = time.monotonic()
+    reflector.start()
+    try:
+        group.start()
+        pids = {"reflector": [reflector.pid], "redis": [server.process.pid],
+                "processors": [child.pid for child in group.children],
+                "simulator": [sim.process.pid]}  # fmt: skip
+        pids |= {f"processor-{i}": [child.pid] for i, child in enumerate(group.children)}
+        span = CpuSpan(pids)  # the children were just forked: from spawn, imports included
+
+        def alive() -> None:
+            reflector.check_alive()
+            group.check_alive()
+
+        wait_for(lambda: all_handled(group) >= args.pods, "the cold start's handlers",
+                 timeout_for(args.pods) + 60, alive=alive)  # fmt: skip
+        handled_at = time.monotonic()
+        wait_for(group.balanced, "the cold start's shard assignment", 120, alive=alive)
+        cpu = span.per_event_us(args.pods)
+        seconds = handled_at - spawned
+        peak = peak_rss_mb([child.pid for child in group.children])
+        handled = all_handled(group)
+    finally:
+        group.stop()
+    extra = {
+        "reflector_list_seconds": round(reflector.synced - reflector.listing, 3)
+        if reflector.synced
+        else None,
+        "handled": handled,  # more than the pods: a shard was handed over and listed again
+    }
+    result = Result(SYNC, informer_bus_key(COLD_START_PROCESSORS), label, args.pods, seconds,
+                    peak, extra=extra, cpu=cpu)  # fmt: skip
+    wait_for(lambda: reflector.synced > 0, "the reflector's initial list", timeout_for(args.pods),
+             alive=reflector.check_alive)  # fmt: skip
+    return reflector, result
+
+
+def warm_restart(
+    args: argparse.Namespace, group: Group, contender: str, label: str, redis_pid: int
+) -> Result:
+    """Processors started on a filled Redis (no API LIST): from the first one's "started" line
+    until every one is ready with a balanced assignment; CPU from each one's "started" line."""
+    wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
+             alive=group.check_alive)  # fmt: skip
+    redis_span = CpuSpan({"redis": [redis_pid]})
+    from_started, from_spawn = wait_synced(group, args.pods)
+    cpu = redis_span.per_event_us(args.pods)
+    each = [process_cpu_seconds(c.pid) - c.cpu_at_started for c in group.children]
+    cpu["processors"] = round(sum(each) / args.pods * 1e6, 1)
+    cpu |= {f"processor-{i}": round(us / args.pods * 1e6, 1) for i, us in enumerate(each)}
+    extra = {"seconds_from_spawn": round(from_spawn, 3)}
+    return Result(WARM, contender, label, args.pods, from_started,
+                  peak_rss_mb([c.pid for c in group.children]), extra=extra, cpu=cpu)  # fmt: skip
+
+
 def measure_informer_bus(
     args: argparse.Namespace,
     sim: Sim,
@@ -236,18 +352,19 @@ def measure_informer_bus(
     seeds: Iterator[int],
 ) -> tuple[list[Result], dict[str, Any]]:
     empty_redis = used_memory(server.url)
-    reflector = start_reflector(args, sim, server.url, workdir, stack)
-    list_seconds = reflector.synced - reflector.listing
+    reflector, cold = cold_start(args, sim, server, workdir=workdir, stack=stack)
+    sim.wait_watching(alive=reflector.check_alive)
     redis_bytes = used_memory(server.url) - empty_redis
     json_bytes = pod_json_bytes(sim)
     assert server.process is not None
-    others = {"reflector": reflector.pid, "redis": server.process.pid, "simulator": sim.process.pid}
-    results: list[Result] = []
+    redis_pid = server.process.pid
+    others = {"reflector": reflector.pid, "redis": redis_pid, "simulator": sim.process.pid}
+    results: list[Result] = [cold]
     processor_growth: dict[tuple[int, bool], float] = {}
     for count, compact in CONFIGURATIONS:
         label, contender = informer_bus_label(count, compact), informer_bus_key(count, compact)
         tag = f"t{count}" + ("c" if compact else "")
-        progress(args, f"{label}: initial sync from the filled Redis")
+        progress(args, f"{label}: warm restart on the filled Redis")
         with group_running(
             count, TRIVIAL, server.url, workdir, tag, compact_cache=compact
         ) as group:
@@ -255,23 +372,19 @@ def measure_informer_bus(
             wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
                      alive=group.check_alive)  # fmt: skip
             before = sum(memory_kb(pid, "VmRSS") for pid in pids)
-            from_started, from_spawn = wait_synced(group, args.pods)
+            results.append(warm_restart(args, group, contender, label, redis_pid))
             after = sum(memory_kb(pid, "VmRSS") for pid in pids)
             processor_growth[count, compact] = (after - before) * 1024 / args.pods
-            extra = {
-                "reflector_list_seconds": round(list_seconds, 3),
-                "processors_sync_seconds": round(from_started, 3),
-                "processors_seconds_from_spawn": round(from_spawn, 3),
-            }
-            results.append(Result(SYNC, contender, label, args.pods, list_seconds + from_started,
-                                  peak_rss_mb(pids), extra=extra))  # fmt: skip
             progress(args, f"{label}: burst of {args.burst:,} updates")
             seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
+            per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
             results.append(Result(BURST, contender, label, args.burst, seconds,
-                                  peak_rss_mb(pids), extra=cpu))  # fmt: skip
+                                  peak_rss_mb(pids), cpu=per_event))  # fmt: skip
             progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
-            row, _ = steady(sim, group, args.steady_rate, args.steady_seconds, next(seeds))
-            results.append(_steady_result(row, contender, label, pids))
+            every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
+                     **{name: [pid] for name, pid in others.items()}}  # fmt: skip
+            results.append(measure_steady(args, sim, group, next(seeds),
+                                          key=(contender, label), pids=every))  # fmt: skip
         reflector.check_alive()
     memory = {
         "pod_json_bytes": round(json_bytes, 1),
@@ -282,7 +395,7 @@ def measure_informer_bus(
         "processor_rss_growth_bytes_per_pod": round(processor_growth[1, False], 1),
         "compact_processor_rss_growth_bytes_per_pod": round(processor_growth[1, True], 1),
         "reflector_peak_rss_mb": peak_rss_mb([reflector.pid]),
-        "redis_peak_rss_mb": peak_rss_mb([server.process.pid]),
+        "redis_peak_rss_mb": peak_rss_mb([redis_pid]),
     }
     return results, memory
 
@@ -399,6 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rows": rows(results),
         "memory": memory,
         "memory_targets": memory_targets(memory),
+        "issue16_targets": issue16_targets(results),
     }  # fmt: skip
     report["notes"] = notes(report)
     print_table(report)

@@ -1,7 +1,8 @@
 """The peers informer-bus is compared with, each as the body of its own child process
 (``python -m compare --child KIND``, started by :class:`compare.ContenderChild`).
 
-Each lists the pods its own way, says "synced <seconds>" on stderr as a JSON log line (the way
+Each says "started" once its imports are done, lists the pods its own way, says
+"synced <seconds>" on stderr as a JSON log line (the way
 the services write them, so :class:`harness.ServiceChild` reads both alike), then calls the
 shared ``Trivial`` handler for every update until SIGTERM, which ends it at once.
 """
@@ -165,6 +166,7 @@ def run_child(args: argparse.Namespace) -> int:
     """One contender, in this process, until SIGTERM (started by :class:`ContenderChild`)."""
     signal.signal(signal.SIGTERM, _exit_now)
     handler = Trivial()
+    _say("started")  # imports done: the bench reads this process's CPU from here
     try:
         CHILDREN[args.child](args.sim_url, args.pods, handler)
     except Exception as exc:

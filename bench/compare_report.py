@@ -18,9 +18,18 @@ PROGRAM = "bench/compare.py"
 INFORMER_BUS = "informer-bus"
 
 SYNC = "initial sync"
+WARM = "warm restart"
 BURST = "watch burst"
 STEADY = "steady"
-WORKLOADS = (SYNC, BURST, STEADY)
+WORKLOADS = (SYNC, WARM, BURST, STEADY)
+"""informer-bus' initial sync row is its cold start (everything started together on an empty
+Redis); its warm restart rows (processors restarted on a filled Redis, no API LIST) have no
+contender of their own: the bare reader's LIST is their yardstick."""
+
+IN_ALL = ("contender", "reflector", "redis", "processors")
+"""The processes whose CPU is a contender's in all (a peer is one process; informer-bus is the
+reflector, redis-server and the processors). The simulator's is reported beside, not in it:
+it serves every contender alike."""
 
 BURST_TARGETS = {SHARED_INFORMER: 5.0, KOPF: 3.0, BARE: 0.6}
 """informer-bus burst events/s over the contender's, at least."""
@@ -47,10 +56,18 @@ class Result:
     peak_rss_mb: float
     latency: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """µs of CPU (user + system, ``/proc``) per event of each process over the workload's
+    span: ``contender`` for a peer; ``reflector``, ``redis``, ``processors`` (together) and
+    ``processor-<i>`` for informer-bus; ``simulator`` beside them."""
 
     @property
     def rate(self) -> float:
         return self.events / max(self.seconds, 1e-6)
+
+    @property
+    def cpu_in_all(self) -> float:
+        return round(sum(us for name, us in self.cpu.items() if name in IN_ALL), 1)
 
 
 def informer_bus_key(count: int, compact: bool = False) -> str:
@@ -60,6 +77,13 @@ def informer_bus_key(count: int, compact: bool = False) -> str:
 def informer_bus_label(count: int, compact: bool = False) -> str:
     plural = "s" if count > 1 else ""
     return f"informer-bus, {count} processor{plural}" + (", compact cache" if compact else "")
+
+
+def cpu_reference(results: list[Result], workload: str) -> Result | None:
+    """The bare reader's row a workload's CPU per event is compared with: its own workload's,
+    and its LIST for a warm restart (the work a restart has to beat)."""
+    wanted = SYNC if workload == WARM else workload
+    return next((r for r in results if r.workload == wanted and r.contender == BARE), None)
 
 
 def reference(results: list[Result], workload: str) -> Result:
@@ -80,7 +104,10 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
     p99 latency / peak RSS over informer-bus' (how many times worse)."""
     out: list[dict[str, Any]] = []
     for workload in WORKLOADS:
+        if not any(r.workload == workload for r in results):
+            continue
         ref = reference(results, workload)
+        bare = cpu_reference(results, workload)
         for r in (r for r in results if r.workload == workload):
             ours = r.contender.startswith(INFORMER_BUS)
             target: float | None = None
@@ -110,12 +137,75 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "target_kind": None if target is None else
                 ("max p99 ms" if workload == STEADY else "min ratio"),
                 "met": met,
+                "cpu_us_per_event": r.cpu,
+                "cpu_in_all_us_per_event": r.cpu_in_all,
+                "cpu_ratio_to_bare": None if bare is None or not bare.cpu_in_all
+                else round(r.cpu_in_all / bare.cpu_in_all, 2),
                 **r.extra,
             }  # fmt: skip
             if r.latency and not ours:
                 row["p99_ratio"] = round(r.latency["p99_ms"] / ref.latency["p99_ms"], 2)
             out.append(row)
     return out
+
+
+CPU_TARGETS = {"reflector": 1.5, "redis": 1.0, "processors": 1.5, "in all": 4.0}
+"""Issue 16, on the burst with 1 processor: each part's CPU per event over the bare reader's
+in the same run, at most."""
+SHARED_INFORMER_CPU_TARGET = 4.0
+"""SharedInformer's CPU per burst event over informer-bus' in all, at least."""
+P99_OVER_BARE_TARGET = 3.0
+COLD_START_TARGET = 5.0
+"""SharedInformer's initial sync over informer-bus' cold start (4 processors), at least."""
+
+
+def _over(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def issue16_targets(results: list[Result]) -> list[dict[str, Any]]:
+    """Issue 16's targets, each a ratio measured in this run (None where a contender was
+    skipped): (what, value, bound, at most)."""
+
+    def row(workload: str, contender: str) -> Result | None:
+        return next((r for r in results if (r.workload, r.contender) == (workload, contender)),
+                    None)  # fmt: skip
+
+    def cpu(r: Result | None, part: str = "in all") -> float | None:
+        return None if r is None else (r.cpu_in_all if part == "in all" else r.cpu.get(part))
+
+    one, four = informer_bus_key(1), informer_bus_key(SYNC_REFERENCE)
+    ours, bare, shared = row(BURST, one), row(BURST, BARE), row(BURST, SHARED_INFORMER)
+    steady, steady_bare = row(STEADY, one), row(STEADY, BARE)
+    p99 = None if steady is None else steady.latency["p99_ms"]
+    bare_p99 = None if steady_bare is None else steady_bare.latency["p99_ms"]
+    cold, warm = row(SYNC, four), row(WARM, four)
+    shared_sync, bare_sync = row(SYNC, SHARED_INFORMER), row(SYNC, BARE)
+    checks: list[tuple[str, float | None, float, bool]] = [
+        (f"burst CPU/event, {part} (1 processor) / the bare reader's",
+         _over(cpu(ours, part), cpu(bare)), bound, True)
+        for part, bound in CPU_TARGETS.items()
+    ]  # fmt: skip
+    checks += [
+        ("burst CPU/event, SharedInformer's / informer-bus' in all (1 processor)",
+         _over(cpu(shared), cpu(ours)), SHARED_INFORMER_CPU_TARGET, False),
+        ("burst events/s, informer-bus (1 processor) / SharedInformer's",
+         _over(ours and ours.rate, shared and shared.rate), BURST_TARGETS[SHARED_INFORMER], False),
+        ("steady p99, informer-bus (1 processor) / the bare reader's",
+         _over(p99, bare_p99), P99_OVER_BARE_TARGET, True),
+        ("steady p99 ms, informer-bus (1 processor)", p99, P99_TARGET_MS, True),
+        (f"initial sync s, SharedInformer's / informer-bus' cold start ({SYNC_REFERENCE} proc.)",
+         _over(shared_sync and shared_sync.seconds, cold and cold.seconds), COLD_START_TARGET,
+         False),
+        (f"s, the bare reader's LIST / informer-bus' warm restart ({SYNC_REFERENCE} proc.)",
+         _over(bare_sync and bare_sync.seconds, warm and warm.seconds), 1.0, False),
+    ]  # fmt: skip
+    return [
+        {"what": what, "value": None if value is None else round(value, 2),
+         "target": f"{'<=' if at_most else '>='} {bound:g}",
+         "met": None if value is None else (value <= bound if at_most else value >= bound)}
+        for what, value, bound, at_most in checks
+    ]  # fmt: skip
 
 
 def memory_targets(memory: dict[str, Any]) -> list[dict[str, Any]]:
@@ -148,10 +238,18 @@ def notes(report: dict[str, Any]) -> list[str]:
         "the initial sync, the best informer-bus row otherwise); in the steady rows it is the "
         "row's p99 over informer-bus' best p99. target: the minimum ratio (or the maximum p99) "
         "the issue asks for.",
-        "initial sync: informer-bus = the reflector's list into Redis + the processors' sync "
-        "from the filled Redis, measured one after the other; the bare loop and the Watch only "
-        "list (no handler call per listed pod); SharedInformer and kopf until their handler saw "
-        "every pod.",
+        "initial sync: informer-bus = its cold start: the reflector and 4 processors spawned "
+        "together on an empty Redis, until the handlers saw every pod (interpreter start-up "
+        "included: what a user waits for); the peers from their own start (imports done). The "
+        "bare loop and the Watch only list (no handler call per listed pod); SharedInformer and "
+        "kopf until their handler saw every pod.",
+        "warm restart: processors started on the filled Redis (no API LIST), from the first "
+        "one's start-up line until all are ready with a balanced assignment.",
+        "CPU per event: user + system CPU from /proc of each process over exactly the "
+        "workload's span (from spawn for a cold start, from the start-up line for a warm "
+        "restart and the peers' sync), divided by the workload's events. 'in all' sums a peer's "
+        "one process, or informer-bus' reflector, redis-server and processors; the simulator's "
+        "is beside it. On a busy machine these stay comparable where events/s do not.",
         "watch burst: first to last update handled. kopf may coalesce the events of one object "
         "within its 0.1 s batch window; its rows count every update sent ('handled' in the JSON "
         "says how many its handler saw).",
@@ -173,7 +271,7 @@ def print_table(report: dict[str, Any]) -> None:
     print_machine("informer-bus beside its peers", m)
     print(f"sizes: {s['pods']:,} pods, bursts of {s['burst']:,} updates, steady "
           f"{s['steady_rate']:g}/s for {s['steady_seconds']:g} s\n")  # fmt: skip
-    header = (f"{'workload':13} {'contender':30} {'events':>8} {'seconds':>8} {'events/s':>9} "
+    header = (f"{'workload':13} {'contender':40} {'events':>8} {'seconds':>8} {'events/s':>9} "
               f"{'ratio':>7} {'p50 ms':>7} {'p99 ms':>8} {'peak RSS':>9}  target")  # fmt: skip
     print_header(header)
     for r in report["rows"]:
@@ -183,10 +281,12 @@ def print_table(report: dict[str, Any]) -> None:
             target = (f"p99 <= {r['target']:g} ms " if r["target_kind"] == "max p99 ms"
                       else f">= {r['target']:g}x ")  # fmt: skip
             target += "met" if r["met"] else "MISSED"
-        print(f"{r['workload']:13} {r['label']:30} {r['events']:>8,} {r['seconds']:8.2f} "
+        print(f"{r['workload']:13} {r['label']:40} {r['events']:>8,} {r['seconds']:8.2f} "
               f"{r['events_per_s']:>9,.0f} {_fmt(ratio, '.2f') + ('x' if ratio else ''):>7} "
               f"{_fmt(r.get('p50_ms'), '.1f'):>7} {_fmt(r.get('p99_ms'), '.1f'):>8} "
               f"{r['peak_rss_mb']:>6,.0f} MB  {target}".rstrip())  # fmt: skip
+    print_cpu_table(report)
+    print_targets(report["issue16_targets"])
     print(f"\nmemory: pod JSON (managedFields stripped) {mem['pod_json_bytes']:,.0f} B; Redis "
           f"{mem['redis_bytes_per_pod']:,.0f} B per cached pod (known state + 1 stream entry); "
           f"processor RSS growth {mem['processor_rss_growth_bytes_per_pod']:,.0f} B per pod "
@@ -197,6 +297,36 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"  {t['what']}: {t['ratio']:.2f}x (<= {t['target']:g}x) "
               f"{'met' if t['met'] else 'MISSED'}")  # fmt: skip
     print_notes(report["notes"])
+
+
+def _us(value: float | None) -> str:
+    return "" if value is None else f"{value:,.1f}"
+
+
+def print_cpu_table(report: dict[str, Any]) -> None:
+    """CPU per event of every contender and of each informer-bus process, per workload."""
+    print("\nCPU per event, µs (user + system from /proc over each workload's span; / bare = "
+          "over the bare reader's in the same workload, its LIST for a warm restart)")  # fmt: skip
+    header = (f"{'workload':13} {'contender':40} {'in all':>8} {'/ bare':>7} "
+              f"{'reflector':>9} {'redis':>7} {'processors':>10}  {'each processor':16} "
+              f"{'simulator':>9}")  # fmt: skip
+    print_header(header)
+    for r in report["rows"]:
+        cpu = r["cpu_us_per_event"]
+        ratio = r["cpu_ratio_to_bare"]
+        each = "/".join(f"{cpu[name]:.0f}" for name in sorted(cpu) if name.startswith("processor-"))
+        print(f"{r['workload']:13} {r['label']:40} {_us(r['cpu_in_all_us_per_event']):>8} "
+              f"{'' if ratio is None else f'{ratio:.2f}x':>7} {_us(cpu.get('reflector')):>9} "
+              f"{_us(cpu.get('redis')):>7} {_us(cpu.get('processors')):>10}  {each:16} "
+              f"{_us(cpu.get('simulator')):>9}".rstrip())  # fmt: skip
+
+
+def print_targets(targets: list[dict[str, Any]]) -> None:
+    print("\ntargets (issue 16), ratios from this run:")
+    for t in targets:
+        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        value = "" if t["value"] is None else f"{t['value']:.2f}"
+        print(f"  {t['what']}: {value} ({t['target']}) {verdict}")
 
 
 def write_chart(report: dict[str, Any], path: Path) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from bench_handlers import Update
 from harness import BenchError
 from pipeline_report import STEADY, Row, processors_label
-from proc_stats import process_cpu_seconds
+from proc_stats import CpuSpan
 from processor_group import Group
 from run_control import timeout_for, wait_for
 from sim_control import Sim
@@ -28,16 +28,13 @@ def burst(
     sim: Sim, group: Group, count: int, seed: int, others: Mapping[str, int]
 ) -> tuple[float, dict[str, float]]:
     """Seconds from the first burst update a handler saw to the last, and the CPU each
-    component spent per update (µs: the processors' together, and each of ``others``: name
-    -> process id)."""
+    component spent per update (µs: the processors' together and each processor's, as
+    ``processor-<i>``, and each of ``others``: name -> process id)."""
     pids = {name: [pid] for name, pid in others.items()}
     pids["processors"] = [child.pid for child in group.children]
-
-    def cpu() -> dict[str, float]:
-        return {name: sum(map(process_cpu_seconds, ids)) for name, ids in pids.items()}
-
+    pids |= {f"processor-{i}": [child.pid] for i, child in enumerate(group.children)}
     group.mark()
-    before = cpu()
+    span = CpuSpan(pids)
     sim.burst(count, seed)
     wait_for(
         lambda: group.updates_seen() >= count,
@@ -45,14 +42,11 @@ def burst(
         timeout_for(count),
         alive=group.check_alive,
     )
-    after = cpu()
+    cpu = span.per_event_us(count)
     times = [update.handled for update in group.updates()]
     if len(times) != count:
         raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
-    per_event = {
-        f"{name}_cpu_us_per_event": round((after[name] - before[name]) / count * 1e6, 1)
-        for name in pids
-    }
+    per_event = {f"{name}_cpu_us_per_event": us for name, us in cpu.items()}
     return max(1e-6, max(times) - min(times)), per_event
 
 

@@ -6,7 +6,7 @@ Peak RSS (``VmHWM``) is a contender's own only because each runs in its own proc
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness import BenchError
@@ -29,3 +29,27 @@ def memory_kb(pid: int, field_name: str) -> int:
 def peak_rss_mb(pids: Sequence[int]) -> float:
     """The largest peak RSS (``VmHWM``) of ``pids``, in MiB."""
     return round(max(memory_kb(pid, "VmHWM") for pid in pids) / 1024, 1)
+
+
+class CpuSpan:
+    """The CPU named groups of processes spend over one workload's span, per event.
+
+    The yardstick of issue 16: wall-clock rates on a shared 2-core machine move 2-3x between
+    runs, the CPU a process spends on an event does not. Started at the span's first moment
+    and read at its last, so start-up, imports and idle waiting outside it never count.
+    """
+
+    def __init__(self, pids: Mapping[str, Sequence[int]]) -> None:
+        self.pids = {name: list(ids) for name, ids in pids.items()}
+        self.before = self._read()
+
+    def _read(self) -> dict[str, float]:
+        return {name: sum(map(process_cpu_seconds, ids)) for name, ids in self.pids.items()}
+
+    def per_event_us(self, events: int) -> dict[str, float]:
+        """µs of CPU per event of each group since the span began (read now)."""
+        after = self._read()
+        return {
+            name: round((after[name] - self.before[name]) / max(events, 1) * 1e6, 1)
+            for name in self.pids
+        }

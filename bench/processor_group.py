@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 from bench_handlers import DIR_ENV, RECORD, Update
 from harness import ROOT, ServiceChild
+from proc_stats import process_cpu_seconds
 from reflector_child import PREFIX, SHARDS
 from run_control import timeout_for, wait_for
 from sim_control import RESOURCE
@@ -81,10 +82,14 @@ class ProcessorChild(ServiceChild):
         self.data_dir = data_dir
         self.url = ""
         self.started = 0.0
+        self.cpu_at_started = 0.0
+        """Its CPU seconds when it said it started: a sync's CPU without interpreter start-up
+        and imports, as the in-process readers it is compared with are measured."""
 
     def on_message(self, message: str, arrived: float) -> None:
         if " started for " in message and "probes on " in message and not self.url:
             self.started = arrived
+            self.cpu_at_started = process_cpu_seconds(self.pid)
             self.url = message.rsplit("probes on ", 1)[1].strip()
 
     def owned(self) -> list[int] | None:

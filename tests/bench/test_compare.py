@@ -16,11 +16,15 @@ from tests.support.cli import one_line_error, run_command
 
 BENCH = ROOT / "bench" / "compare.py"
 PROGRAM = "bench/compare.py"
-WORKLOADS = ("initial sync", "watch burst", "steady")
-CONTENDERS = {
-    "informer-bus/1", "informer-bus/2", "informer-bus/4", "informer-bus/1/compact",
-    "bare", "watch", "sharedinformer", "kopf",
-}  # fmt: skip
+WORKLOADS = ("initial sync", "warm restart", "watch burst", "steady")
+OURS = {"informer-bus/1", "informer-bus/2", "informer-bus/4", "informer-bus/1/compact"}
+PEERS = {"bare", "watch", "sharedinformer", "kopf"}
+CONTENDERS = OURS | PEERS
+EXPECTED_ROWS = (
+    {("initial sync", c) for c in {*PEERS, "informer-bus/4"}}  # informer-bus: its cold start
+    | {("warm restart", c) for c in OURS}
+    | {(w, c) for w in ("watch burst", "steady") for c in CONTENDERS}
+)
 PODS = BURST = 200
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -43,7 +47,7 @@ def test_every_contender_has_a_sane_row_per_workload(
 ) -> None:
     report, _, _ = run
     rows = {(row["workload"], row["contender"]): row for row in report["rows"]}
-    assert set(rows) == {(w, c) for w in WORKLOADS for c in CONTENDERS}
+    assert set(rows) == EXPECTED_ROWS
     assert len(report["rows"]) == len(rows)
     for row in report["rows"]:
         assert row["events"] > 0 and row["seconds"] > 0 and row["peak_rss_mb"] > 10
@@ -56,14 +60,56 @@ def test_every_contender_has_a_sane_row_per_workload(
         if row["target"] is not None:
             assert row["met"] is not None
     for contender in CONTENDERS:
-        assert rows[("initial sync", contender)]["events"] == PODS
         assert rows[("watch burst", contender)]["events"] == BURST
+    for workload, contender in EXPECTED_ROWS:
+        if workload in ("initial sync", "warm restart"):
+            assert rows[(workload, contender)]["events"] == PODS
+    assert rows[("initial sync", "informer-bus/4")]["label"].endswith("cold start")
+    assert rows[("initial sync", "informer-bus/4")]["handled"] >= PODS
     assert 0 < rows[("watch burst", "kopf")]["handled"] <= BURST  # kopf may coalesce
     assert rows[("watch burst", "sharedinformer")]["target"] == 5.0
     assert rows[("watch burst", "kopf")]["target"] == 3.0
     assert rows[("watch burst", "bare")]["target"] == 0.6
-    assert rows[("initial sync", "sharedinformer")]["reference"] == "informer-bus, 4 processors"
+    assert rows[("initial sync", "sharedinformer")]["reference"].startswith(
+        "informer-bus, 4 processors"
+    )
     assert rows[("steady", "informer-bus/1")]["target"] == 10.0
+
+
+def test_every_row_has_the_cpu_per_event_of_each_process(
+    run: tuple[dict[str, Any], str, Path],
+) -> None:
+    """Issue 16: every contender's and every informer-bus process' CPU per event, per workload,
+    the in-all sum and its ratio to the bare reader's in the same workload."""
+    report, out, _ = run
+    bare = {row["workload"]: row for row in report["rows"] if row["contender"] == "bare"}
+    for row in report["rows"]:
+        cpu = row["cpu_us_per_event"]
+        if row["contender"].startswith("informer-bus/"):
+            processors = [name for name in cpu if name.startswith("processor-")]
+            count = int(row["contender"].split("/")[1])
+            assert len(processors) == count, row
+            assert cpu["processors"] == pytest.approx(sum(cpu[n] for n in processors), abs=1)
+            parts = ("processors", "redis")
+            if row["workload"] != "warm restart":  # the reflector is not part of a restart
+                parts += ("reflector",)
+        else:
+            parts = ("contender",)
+        assert all(cpu[part] >= 0 for part in parts), row
+        assert row["cpu_in_all_us_per_event"] == pytest.approx(sum(cpu[p] for p in parts), abs=0.2)
+        reference = bare["initial sync" if row["workload"] == "warm restart" else row["workload"]]
+        if reference["cpu_in_all_us_per_event"]:
+            assert row["cpu_ratio_to_bare"] == pytest.approx(
+                row["cpu_in_all_us_per_event"] / reference["cpu_in_all_us_per_event"], abs=0.01
+            )
+    assert "CPU per event, µs" in out
+    targets = report["issue16_targets"]
+    assert len(targets) == 10
+    for target in targets:
+        assert target["value"] is not None and target["met"] is not None, target
+        verdict = "met" if target["met"] else "MISSED"
+        line = f"  {target['what']}: {target['value']:.2f} ({target['target']}) {verdict}"
+        assert line in out.splitlines()
 
 
 def test_memory_machine_and_versions_are_reported(run: tuple[dict[str, Any], str, Path]) -> None:
@@ -90,7 +136,7 @@ def test_the_table_and_the_chart_step(run: tuple[dict[str, Any], str, Path]) -> 
     report, out, out_dir = run
     lines = out.splitlines()
     for row in report["rows"]:
-        assert any(line.startswith(f"{row['workload']:13} {row['label']:30}") for line in lines)
+        assert any(line.startswith(f"{row['workload']:13} {row['label']:40}") for line in lines)
     verdicts = [row["met"] for row in report["rows"] if row["met"] is not None]
     assert out.count("MISSED") >= verdicts.count(False)
     chart = out_dir / "chart.png"
