@@ -103,6 +103,7 @@ from harness import BenchError, start_simulator_and_redis
 from pipeline_workloads import burst, steady
 from proc_stats import CpuSpan, memory_kb, peak_rss_mb, process_cpu_seconds
 from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
+from profiling import PySpy, RedisCommandCosts, print_command_costs
 from reflector_child import ReflectorChild
 from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
@@ -360,6 +361,7 @@ def measure_informer_bus(
     redis_pid = server.process.pid
     others = {"reflector": reflector.pid, "redis": redis_pid, "simulator": sim.process.pid}
     results: list[Result] = [cold]
+    spy = PySpy(args.py_spy)
     processor_growth: dict[tuple[int, bool], float] = {}
     for count, compact in CONFIGURATIONS:
         label, contender = informer_bus_label(count, compact), informer_bus_key(count, compact)
@@ -376,16 +378,28 @@ def measure_informer_bus(
             after = sum(memory_kb(pid, "VmRSS") for pid in pids)
             processor_growth[count, compact] = (after - before) * 1024 / args.pods
             progress(args, f"{label}: burst of {args.burst:,} updates")
-            seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
+            profiled = (count, compact) == CONFIGURATIONS[0]
+            if profiled:  # the row issue 16's targets are read from
+                spy.start({"reflector": reflector.pid, "processor": pids[0]}, "burst")
+            commands = RedisCommandCosts(server.url)
+            try:
+                seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
+            finally:
+                spy.stop()
+            redis_commands = commands.per_event(args.burst)
+            if profiled:
+                print_command_costs(f"{label}, burst", redis_commands)
             per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
             results.append(Result(BURST, contender, label, args.burst, seconds,
-                                  peak_rss_mb(pids), cpu=per_event))  # fmt: skip
+                                  peak_rss_mb(pids), extra={"redis_commands": redis_commands},
+                                  cpu=per_event))  # fmt: skip
             progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
             every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
                      **{name: [pid] for name, pid in others.items()}}  # fmt: skip
             results.append(measure_steady(args, sim, group, next(seeds),
                                           key=(contender, label), pids=every))  # fmt: skip
         reflector.check_alive()
+    spy.print_summaries()
     memory = {
         "pod_json_bytes": round(json_bytes, 1),
         "cached_pods": args.pods,
@@ -431,6 +445,17 @@ class Parser(argparse.ArgumentParser):
         sys.exit(fail(PROGRAM, message))
 
 
+def check_py_spy(parser: Parser, out_dir: Path | None) -> None:
+    if out_dir is None:
+        return
+    if not Path(sys.executable).with_name("py-spy").exists():
+        parser.error("--py-spy: py-spy is not installed in this environment (make install)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--py-spy: cannot create {out_dir}: {exc.strerror}")
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = Parser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
     sizes = parser.add_argument_group("sizes (defaults: the issue's)")
@@ -468,6 +493,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="REPORT.json",
         help="measure nothing: draw --chart from an earlier --json report",
     )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="profile the reflector and the processor over the 1-processor burst with py-spy "
+        "(raw profiles in DIR, a summary on stderr; the profiled run's CPU figures include "
+        "py-spy's own load on the cores, not on the profiled processes)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # A contender's own process (ContenderChild); not for users.
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -492,6 +525,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     for path in (args.json, args.chart):
         if path is not None and not path.resolve().parent.is_dir():
             parser.error(f"no such directory: {path.parent}")
+    check_py_spy(parser, args.py_spy)
     return args
 
 

@@ -153,6 +153,7 @@ def test_the_table_and_the_chart_step(run: tuple[dict[str, Any], str, Path]) -> 
         (["--steady-rate", "-1"], "must be positive"),
         (["--skip", "nobody"], "invalid choice"),
         (["--chart-from", "missing.json", "--chart", "x.png"], "no such file"),
+        (["--py-spy", "/proc/version/profiles"], "--py-spy: cannot create /proc/version/profiles"),
     ],
 )
 def test_a_bad_flag_is_one_line(args: list[str], complaint: str) -> None:
