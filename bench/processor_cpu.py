@@ -19,7 +19,8 @@ so per-read overhead counts: the issue's case) and, with ``--backlog``, one read
 backlog** (the processors SIGSTOPped until the burst is in Redis). CPU per entry = the
 processor's user + system CPU (``/proc``) from before the burst until its consumer group
 delivered and acknowledged every entry, divided by the burst. Beside it: the share of that
-CPU spent in the kernel (thread switches), and the blocking reads (``XREAD``) per entry: how
+CPU spent in the kernel and the minor page faults per entry (memory the allocator handed back
+to the kernel and touched again), and the blocking reads (``XREAD``) per entry: how
 many entries a caught-up processor takes per wake-up. ``pids:`` on stderr names each
 contender's process, for ``py-spy record --gil -p PID`` during the rounds.
 """
@@ -53,12 +54,13 @@ _FROM_CHECKOUT = (
 )
 
 
-def user_system(pid: int) -> tuple[float, float]:
-    """The process's user and system CPU seconds so far (``/proc/<pid>/stat``)."""
+def user_system(pid: int) -> tuple[float, float, float]:
+    """The process's user and system CPU seconds and minor page faults so far
+    (``/proc/<pid>/stat``)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, float(fields[7])
 
 
 def xread_calls(client: redis.Redis) -> int:
@@ -161,7 +163,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 line = []
                 for name, figure in figures.items():
                     us = figure["cpu_s"] / args.burst * 1e6
-                    user, system = (
+                    user, system, faults = (
                         after - before
                         for after, before in zip(
                             user_system(groups[name].children[0].pid),
@@ -172,8 +174,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     results[name][f"{kind}_system_share"].append(
                         round(system / max(1e-9, user + system), 2)
                     )
+                    results[name][f"{kind}_minor_faults_per_entry"].append(
+                        round(faults / args.burst, 2)
+                    )
                     results[name][kind].append(round(us, 1))
-                    line.append(f"{name} {us:.1f}")
+                    line.append(f"{name} {us:.1f} ({faults / args.burst:.1f} faults)")
                 progress(
                     args,
                     f"round {round_no + 1} {kind}: µs/entry "
