@@ -18,6 +18,31 @@ from collections.abc import Callable
 __all__ = ["AckToken", "AckTracker"]
 
 
+class _Guard:
+    """The lock a tracker shares with its tokens, and who waits on it.
+
+    Tokens change state three or four times per entry, so they take the bare lock (its C-level
+    ``with``, not a Condition's Python-level one) and wake waiters only when there are some:
+    per entry that was a third of the tracker's cost, and waiting is rare (shutdown, tests).
+    """
+
+    __slots__ = ("changed", "lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.waiting = 0
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """``Condition.wait_for`` under the lock, counted so that completions notify."""
+        with self.lock:
+            self.waiting += 1
+            try:
+                return self.changed.wait_for(predicate, timeout)
+            finally:
+                self.waiting -= 1
+
+
 class AckToken:
     """Completes when every hold on it is released.
 
@@ -28,46 +53,47 @@ class AckToken:
     ``on_done`` runs once, in the thread that released the last hold, outside any lock.
     """
 
-    __slots__ = ("_cond", "_on_done", "_remaining", "done", "entry_id")
+    __slots__ = ("_guard", "_on_done", "_remaining", "done", "entry_id")
 
     def __init__(
         self,
         entry_id: str = "",
         *,
         on_done: Callable[[AckToken], None] | None = None,
-        condition: threading.Condition | None = None,
+        guard: _Guard | None = None,
     ) -> None:
         self.entry_id = entry_id
         self.done = False
         self._remaining = 1
         self._on_done = on_done
-        self._cond = condition if condition is not None else threading.Condition(threading.Lock())
+        self._guard = guard if guard is not None else _Guard()
 
     def hold(self, count: int = 1) -> None:
         """Add ``count`` holds (one per handler the token is handed to)."""
-        with self._cond:
+        with self._guard.lock:
             if self.done:
                 raise RuntimeError(f"token {self.entry_id!r} already completed")
             self._remaining += count
 
     def release(self) -> None:
         """Release one hold; the last release completes the token."""
-        with self._cond:
+        guard = self._guard
+        with guard.lock:
             self._remaining -= 1
             if self._remaining > 0:
                 return
             if self._remaining < 0:
                 raise RuntimeError(f"token {self.entry_id!r} released more often than held")
             self.done = True
-            self._cond.notify_all()
+            if guard.waiting:
+                guard.changed.notify_all()
             on_done = self._on_done
         if on_done is not None:
             on_done(self)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the token completes (``True``) or ``timeout`` passes (``False``)."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.done, timeout)
+        return self._guard.wait_for(lambda: self.done, timeout)
 
 
 class AckTracker:
@@ -79,20 +105,20 @@ class AckTracker:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._guard = _Guard()
         self._tokens: collections.deque[AckToken] = collections.deque()
 
     def register(self, entry_id: str) -> AckToken:
         """A token for the next entry in stream order (IDs must be registered in order)."""
-        token = AckToken(entry_id, condition=self._cond)
-        with self._cond:
+        token = AckToken(entry_id, guard=self._guard)
+        with self._guard.lock:
             self._tokens.append(token)
         return token
 
     def completed_prefix(self) -> list[str]:
         """The IDs that can be acknowledged now: completed, with every earlier entry completed."""
         ids: list[str] = []
-        with self._cond:
+        with self._guard.lock:
             tokens = self._tokens
             while tokens and tokens[0].done:
                 ids.append(tokens.popleft().entry_id)
@@ -101,7 +127,7 @@ class AckTracker:
     @property
     def outstanding(self) -> int:
         """Registered entries not yet handed out by :meth:`completed_prefix`."""
-        with self._cond:
+        with self._guard.lock:
             return len(self._tokens)
 
     def wait_idle(self, timeout: float | None) -> bool:
@@ -111,5 +137,4 @@ class AckTracker:
             # Tokens complete roughly in order: checking from the newest fails fast.
             return all(token.done for token in reversed(self._tokens))
 
-        with self._cond:
-            return self._cond.wait_for(idle, timeout)
+        return self._guard.wait_for(idle, timeout)
