@@ -7,6 +7,9 @@ Not a test (timings on a shared 2-core machine are noisy, so no test asserts the
   ``msgpack.packb``/``unpackb``) — target: encode + decode <= 1.5x the bare codec;
 * Indexer add and update with the namespace index over N objects (default 100k) vs a plain
   dict — target: update <= 5x a plain dict update;
+* the processor's two caches (``--cache``): per-key read, update and delete of the compact
+  store (stream entries kept as bytes, as a processor keeps them) vs the plain one (dicts), and
+  the compact read vs the one ``orjson.loads`` it amounts to;
 * workqueue add -> get -> done vs a bare ``collections.deque`` append/popleft.
 
 Each figure is the best of several repeats: the least disturbed run is the most repeatable.
@@ -25,10 +28,11 @@ import msgpack
 import orjson
 from pods import sample_pod
 
+from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
 from common.keys import Obj, meta_namespace_key
 from common.store import Indexer
-from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
+from common.wire import ENVELOPE_CODEC, DeltaEnvelope, decode_envelope, encode_envelope
 from common.workqueue import Queue
 
 Row = tuple[str, float, str, float, float | None]  # what, us, baseline, baseline us, target
@@ -198,6 +202,99 @@ def indexer_rows(count: int, repeat: int) -> list[Row]:
     ]
 
 
+CACHED_OBJECTS = 10_000
+"""At most this many Pods in each cache: a read or write costs the same in a bigger one (a dict
+lookup), and 100k entries of each version would only take memory."""
+
+
+def cache_timings(
+    store_class: Callable[[], Indexer],
+    keys: list[str],
+    first: list[Obj],
+    second: list[Obj],
+    repeat: int,
+) -> dict[str, float]:
+    """Seconds per pass of one cache written as a processor writes it: each object with its
+    key and its stream entry's bytes (which the compact store keeps, and the plain one
+    ignores). Nothing read is kept, as a reconcile keeps nothing."""
+    entries = [(key, obj, _entry(obj)) for key, obj in zip(keys, first, strict=True)]
+    updates = [(key, obj, _entry(obj)) for key, obj in zip(keys, second, strict=True)]
+
+    def filled() -> Indexer:
+        store = store_class()
+        for key, obj, packed in entries:
+            store.update(obj, key, packed)
+        return store
+
+    store = filled()
+
+    def update() -> None:
+        for key, obj, packed in updates:
+            store.update(obj, key, packed)
+
+    def get() -> None:
+        for key in keys:
+            store.get_by_key(key)
+
+    def discard() -> float:  # a deletion as process_deltas applies it
+        full = filled()
+        started = time.perf_counter()
+        for key, obj in zip(keys, second, strict=True):
+            full.discard(obj, key)
+        return time.perf_counter() - started
+
+    return {
+        "update": best_seconds(update, repeat),
+        "get": best_seconds(get, repeat),
+        "discard": min(discard() for _ in range(repeat)),
+    }
+
+
+def _entry(obj: Obj) -> bytes:
+    return encode_envelope(_envelope(obj))
+
+
+def _compact_store() -> Indexer:
+    return CompactIndexer(codec=ENVELOPE_CODEC)  # what a processor builds: processor_svc/lister
+
+
+def cache_rows(count: int, repeat: int) -> list[Row]:
+    count = min(count, CACHED_OBJECTS)
+    keys, first, second = pod_versions(count)
+    plain = {
+        k: v / count * 1e6 for k, v in cache_timings(Indexer, keys, first, second, repeat).items()
+    }
+    compact = {
+        k: v / count * 1e6
+        for k, v in cache_timings(_compact_store, keys, first, second, repeat).items()
+    }
+    pod_json = [orjson.dumps(obj) for obj in first]
+
+    def loads() -> None:
+        for one in pod_json:
+            orjson.loads(one)
+
+    decode = best_seconds(loads, repeat) / count * 1e6
+    return [
+        ("compact cache get_by_key", compact["get"], "plain cache get_by_key", plain["get"], None),
+        ("compact cache get_by_key", compact["get"], "orjson.loads (the Pod)", decode, None),
+        (
+            "compact cache update(obj, key, entry)",
+            compact["update"],
+            "plain cache update",
+            plain["update"],
+            None,
+        ),
+        (
+            "compact cache discard(obj, key)",
+            compact["discard"],
+            "plain cache discard",
+            plain["discard"],
+            None,
+        ),
+    ]
+
+
 def workqueue_rows(repeat: int) -> list[Row]:
     items = [f"ns-{i % 50:02d}/pod-{i:06d}" for i in range(10_000)]
 
@@ -234,6 +331,7 @@ def main() -> int:
     rows = [
         *codec_rows(args.repeat),
         *indexer_rows(args.objects, args.repeat),
+        *cache_rows(args.objects, args.repeat),
         *workqueue_rows(args.repeat),
     ]
     results = [
@@ -254,12 +352,12 @@ def main() -> int:
     pod_bytes = len(orjson.dumps(sample_pod()))
     print(f"informer-bus core, Python {sys.version.split()[0]}, Pod of {pod_bytes} bytes JSON,")
     print(f"{args.objects} objects in the Indexer (namespace index), best of {args.repeat}\n")
-    print(f"{'measured':34} {'µs/op':>8}  {'baseline':24} {'µs/op':>8} {'ratio':>6}  target")
+    print(f"{'measured':38} {'µs/op':>8}  {'baseline':24} {'µs/op':>8} {'ratio':>6}  target")
     for r in results:
         target = "" if r["target_ratio"] is None else f"<= {r['target_ratio']}x "
         verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
         print(
-            f"{r['what']:34} {r['us']:8.3f}  {r['baseline']:24} {r['baseline_us']:8.3f} "
+            f"{r['what']:38} {r['us']:8.3f}  {r['baseline']:24} {r['baseline_us']:8.3f} "
             f"{r['ratio']:5.2f}x  {target}{verdict}"
         )
     ops = 1e6 / next(r["us"] for r in results if r["what"].startswith("workqueue"))

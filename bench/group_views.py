@@ -102,7 +102,7 @@ class View:
     @property
     def description(self) -> str:
         flags = [f"--{flag} {value}" for flag, value in self.flags.items()]
-        flags += ["--compact-cache"] if self.compact_cache else []
+        flags += ["--cache compact"] if self.compact_cache else []
         return " ".join(flags) or "no view"
 
 

@@ -51,7 +51,7 @@ def summarize(report: dict[str, Any]) -> None:
             CACHE_TARGET,
         ),
         _ratio(
-            "metadata with --compact-cache / full cache bytes per pod",
+            "metadata with --cache compact / full cache bytes per pod",
             groups[METADATA_COMPACT]["cache_bytes_per_pod"],
             groups[BASELINE]["cache_bytes_per_pod"],
             CACHE_TARGET,

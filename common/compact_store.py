@@ -14,7 +14,8 @@ What changes for callers, and why it is the right trade for big caches:
 * **Reads cost a decode** (~6-9 µs for a Pod): ``get_by_key`` per reconcile is cheap;
   ``list()`` over 100k objects takes about a second, so query an index rather than scan.
 * **Writes cost the decode of the replaced object** that ``update`` returns for
-  ``on_update(old, new)``, and an encode unless the caller hands over the bytes it decoded the
+  ``on_update(old, new)`` (and ``delete`` for its caller; ``discard``, which ``process_deltas``
+  uses, decodes nothing), and an encode unless the caller hands over the bytes it decoded the
   object from (``packed``): a processor stores each stream entry as it arrived, so nothing is
   encoded and no second copy is ever made. Index functions run on the dict being written.
 
@@ -101,6 +102,9 @@ class CompactIndexer(Indexer):
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None:
         old: Any = super().delete(obj, key)  # what the plain store keeps here is the bytes
         return None if old is None else self._unpack(old)
+
+    def discard(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> None:
+        Indexer.delete(self, obj, key)  # the bytes it returns are dropped undecoded
 
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         """As the plain store's, in one pass: each object is indexed, then only its bytes kept,

@@ -1,7 +1,8 @@
 """Event handlers and ``process_deltas``: how a delta becomes a store write and a callback.
 
 The handler contract is client-go's ResourceEventHandler, in Python spelling. Handlers receive
-the objects the store holds: shared, not copies, so they must not mutate them (see ``store``).
+the objects the store is written with, shared by every handler (and, in a plain store, with the
+store), so they must not mutate them (see ``store``).
 Reference: client-go-semantics.md section 3.
 """
 
@@ -48,13 +49,15 @@ class DeltaTarget(Protocol):
     ``update`` returns the object it replaced, so add-versus-update is decided in the same
     step as the write; ``key`` skips recomputing a key the caller already has; ``packed``, the
     object's serialised form, spares a store that keeps bytes from encoding it again.
+    ``discard`` returns nothing: the handler hears of a deletion through the delta's own
+    object, so a store that keeps bytes never decodes the one it removes.
     """
 
     def update(
         self, obj: Obj, key: str | None = None, packed: bytes | None = None
     ) -> Obj | None: ...
 
-    def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None: ...
+    def discard(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ def process_deltas(
     for delta in deltas:
         obj = delta.obj
         if delta.type is DeltaType.DELETED:
-            store.delete(obj, key)
+            store.discard(obj, key)
             handler.on_delete(obj)
             continue
         if isinstance(obj, DeletedFinalStateUnknown):

@@ -151,6 +151,8 @@ class StoreWriter(Protocol):
 
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None: ...
 
+    def discard(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> None: ...
+
     def replace(self, items: Iterable[Obj], resource_version: str) -> None: ...
 
 
@@ -328,6 +330,12 @@ class Indexer:
             return old
         finally:
             self._lock.release()
+
+    def discard(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> None:
+        """:meth:`delete` for a caller that does not use the removed object (``process_deltas``
+        hands the delta's own to ``on_delete``): a store that keeps bytes then never decodes
+        it. Here it is ``delete``, so a subclass's ``delete`` holds for both."""
+        self.delete(obj, key)
 
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         """Swap in a relist's result, rebuilding every index (4.4).

@@ -8,8 +8,10 @@ stores attached right now, exactly like a client-go lister over one informer's i
 
 What the view promises, and what it does not:
 
-* **Shared objects.** Everything returned is the very dict the store holds (see
-  ``common.store``): callers must never mutate it; build a new dict to change anything.
+* **Objects: copies or shared, by the cache.** The default stores (``compact``) keep bytes and
+  every read returns a private copy (:mod:`common.compact_store`); plain stores return the very
+  dict they hold (see ``common.store``), which callers must never mutate. Code meant for
+  either treats what it reads as read-only and builds a new dict to change anything.
 * **Per-shard consistency only.** Each store answers atomically, but a merged ``list`` reads the
   shards one after another, so it is not a snapshot across shards (neither is any informer
   read relative to the API server). A key lives in exactly one shard, so merging never sees a
@@ -63,9 +65,10 @@ class ShardedLister:
     attached store (fine for tests and single-store use). ``indexers`` are the indexes every
     store is built with (default: the namespace index); :meth:`new_store` builds such a store
     with the user indexers added, and :meth:`attach` adds missing user indexers to any store.
-    ``compact`` makes :meth:`new_store` build :class:`~common.compact_store.CompactIndexer`
-    stores that keep the stream entries as they came: a fifth of the memory, and every read
-    returns a fresh copy.
+    ``compact`` (the default, a processor's ``--cache compact``) makes :meth:`new_store` build
+    :class:`~common.compact_store.CompactIndexer` stores that keep the stream entries as they
+    came: a fifth of the memory, and every read returns a fresh copy; ``compact=False`` builds
+    plain :class:`~common.store.Indexer` stores, whose reads are dict lookups.
 
     Thread-safety: every method may be called from any thread. ``attach``, ``detach`` and
     ``add_indexers`` are serialised with each other; reads never wait for them.
@@ -77,7 +80,7 @@ class ShardedLister:
         *,
         indexers: Mapping[str, IndexFunc] | None = None,
         key_func: KeyFunc = deletion_handling_meta_namespace_key,
-        compact: bool = False,
+        compact: bool = True,
     ) -> None:
         if shard_count is not None and shard_count < 1:
             raise ValueError(f"shard_count must be >= 1, got {shard_count}")

@@ -241,7 +241,7 @@ class ReplicaReader:
         for key in [key for key in store.list_keys() if key not in fresh]:
             gone = store.get_by_key(key)
             if gone is not None:
-                store.delete(gone, key)
+                store.discard(gone, key)
                 changes.append((DeleteNotification(gone), None))
         for key, obj in fresh.items():
             old = store.get_by_key(key)

@@ -154,7 +154,7 @@ class ProcessorService:
         settings, plan = self.settings, self.plan
         self.views = {resource: settings.view(resource) for resource in plan.all}
         self.listers = {
-            resource: ShardedLister(settings.shard_count, compact=settings.compact_cache)
+            resource: ShardedLister(settings.shard_count, compact=settings.compact)
             for resource in plan.all
         }
         self.lister = self.listers[plan.primary]
@@ -285,12 +285,18 @@ class ProcessorService:
             dispatcher.start()
         self._gate_thread.start()
         self._supervisor.start()
+        if self.settings.compact_cache is not None:
+            log.warning(
+                "--compact-cache / INFORMER_BUS_COMPACT_CACHE is deprecated: use --cache %s",
+                self.settings.cache,
+            )
         log.info(
-            "processor %s started for %s, group %s (view: %s); metrics and probes on %s",
+            "processor %s started for %s, group %s (view: %s, cache: %s); metrics and probes on %s",
             self.member_id,
             self.plan,
             self.group,
             self.views[self.resource],
+            self.settings.cache,
             self._server.url,
         )
 

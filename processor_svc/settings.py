@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Final
 
 from common.redis_layout import GROUP_NAME_SYNTAX, PROCESSOR_GROUP, check_group_name
 from common.resource_ids import check_resource_id
@@ -25,7 +26,13 @@ from common.settings import (
 from common.wire import DEFAULT_MAX_BYTES
 from processor_svc.view import GroupView
 
-__all__ = ["ProcessorSettings"]
+__all__ = ["CACHE_KINDS", "COMPACT", "PLAIN", "ProcessorSettings"]
+
+COMPACT: Final = "compact"
+"""Cached objects kept as bytes, decoded on every read (:mod:`common.compact_store`)."""
+PLAIN: Final = "plain"
+"""Cached objects kept as the decoded dicts handlers share (:class:`common.store.Indexer`)."""
+CACHE_KINDS: Final = (COMPACT, PLAIN)
 
 
 @dataclass(frozen=True)
@@ -131,12 +138,23 @@ class ProcessorSettings(ServiceSettings):
     shutdown_grace: float = field(
         default=10.0, metadata={"help": "seconds to drain handlers on SIGTERM before giving up"}
     )
-    compact_cache: bool = field(
-        default=False,
+    cache: str = field(
+        default=COMPACT,
         metadata={
-            "help": "keep cached objects as the stream entries they came in: ~1.4x their "
-            "JSON in RSS instead of ~5x, for one more decode per update and per read; reads "
-            "return fresh copies (docs/handlers.md)"
+            "help": "how the caches keep objects: compact, as the stream entries they came in "
+            "(~1.4x their JSON in RSS; every read decodes a private copy, one orjson.loads, "
+            "and an update decodes the object it replaces for on_update's old) or plain, as "
+            "decoded dicts (~4.8x their JSON; a read is a dict lookup returning the shared, "
+            "read-only dict): plain for small caches read whole in hot paths "
+            "(docs/handlers.md)",
+            "metavar": "compact|plain",
+        },
+    )
+    compact_cache: bool | None = field(
+        default=None,
+        metadata={
+            "help": "deprecated: --compact-cache is --cache compact, --no-compact-cache is "
+            "--cache plain (given, it decides over --cache's default; against --cache, an error)"
         },
     )
     max_entry_bytes: int = field(
@@ -163,6 +181,7 @@ class ProcessorSettings(ServiceSettings):
             self,
             "buffer_size", "read_count", "block_ms", "shutdown_grace", "max_entry_bytes",
         )  # fmt: skip
+        self._resolve_cache()
         try:
             for resource in (*self.resource, *self.replicate):
                 check_resource_id(resource)  # the rule the reflector names its keys by
@@ -177,6 +196,28 @@ class ProcessorSettings(ServiceSettings):
                 f"resource {', '.join(twice)} is given more than once (a resource is either "
                 "co-sharded, --resource, or replicated, --replicate, once)"
             )
+
+    @property
+    def compact(self) -> bool:
+        """Whether the caches keep bytes (``--cache compact``, the default)."""
+        return self.cache == COMPACT
+
+    def _resolve_cache(self) -> None:
+        """``--cache``, with the deprecated ``--[no-]compact-cache`` translated into it: an
+        operator's old flag or ``INFORMER_BUS_COMPACT_CACHE`` keeps meaning what it meant."""
+        if self.cache not in CACHE_KINDS:
+            raise SettingsError(
+                f"cache must be one of {', '.join(CACHE_KINDS)}, got {self.cache!r}"
+            )
+        if self.compact_cache is None:
+            return
+        implied = COMPACT if self.compact_cache else PLAIN
+        if self.cache not in (COMPACT, implied):
+            raise SettingsError(
+                f"--cache {self.cache} contradicts the deprecated --compact-cache (--cache "
+                "alone says it)"
+            )
+        object.__setattr__(self, "cache", implied)
 
     def view(self, resource: str) -> GroupView:
         """The group's view of ``resource``, from the view flags, which apply to every resource

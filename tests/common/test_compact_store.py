@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import orjson
 
 from bench.pods import sample_pod
-from common.compact_store import CompactIndexer
+from common.codec import Codec
+from common.compact_store import JSON_CODEC, CompactIndexer
 from common.deltas import Delta, DeltaType
+from common.handlers import ResourceEventHandlerFuncs, process_deltas
 from common.keys import Obj, meta_namespace_key
 from common.store import NAMESPACE_INDEX, Indexer
 from common.wire import ENVELOPE_CODEC, DeltaEnvelope, encode_envelope
@@ -52,6 +54,24 @@ def test_update_and_delete_return_the_replaced_object() -> None:
     assert store.update(pod("web", "2")) == pod("web", "1")
     assert store.delete(pod("web")) == pod("web", "2")
     assert store.delete(pod("web")) is None
+
+
+def test_a_deletion_through_process_deltas_decodes_nothing() -> None:
+    """``process_deltas`` hands the delta's own object to ``on_delete``: the stored one is
+    dropped as bytes (``discard``), not decoded for nobody."""
+    decoded: list[bytes] = []
+
+    def unpack(packed: bytes) -> Obj:
+        decoded.append(packed)
+        return JSON_CODEC.unpack(packed)
+
+    store = CompactIndexer(indexers={"phase": by_phase}, codec=Codec(JSON_CODEC.pack, unpack))
+    deleted: list[object] = []
+    handler = ResourceEventHandlerFuncs(delete=deleted.append)
+    store.add(pod("web"))
+    process_deltas(handler, store, [Delta(DeltaType.DELETED, pod("web", "2"))], False)
+    assert decoded == [] and deleted == [pod("web", "2")]
+    assert store.list_keys() == [] and store.index_keys("phase", "Running") == []
 
 
 def test_index_functions_see_the_object_being_written() -> None:

@@ -227,3 +227,39 @@ def test_the_kubernetes_api_has_one_source_for_the_reflector_and_the_processor()
         with pytest.raises(SettingsError, match="choose one of --kube-url, --in-cluster"):
             settings_of(kind, kube_url="http://127.0.0.1:8001", in_cluster=True)
         assert settings_of(kind, kube_url="http://x:1").kube.kube_url == "http://x:1"
+
+
+def test_the_processor_caches_compact_by_default_and_plain_on_request() -> None:
+    assert settings_of(ProcessorSettings).cache == "compact"
+    assert settings_of(ProcessorSettings).compact
+    plain = load_settings(ProcessorSettings, "INFORMER_BUS_", {"INFORMER_BUS_CACHE": "plain"})
+    assert plain.cache == "plain" and not plain.compact
+    with pytest.raises(SettingsError, match="cache must be one of compact, plain, got 'dicts'"):
+        settings_of(ProcessorSettings, cache="dicts")
+
+
+@pytest.mark.parametrize(
+    ("environ", "flags", "cache"),
+    [
+        ({"INFORMER_BUS_COMPACT_CACHE": "0"}, [], "plain"),
+        ({"INFORMER_BUS_COMPACT_CACHE": "1"}, [], "compact"),
+        ({}, ["--no-compact-cache"], "plain"),
+        ({}, ["--compact-cache"], "compact"),
+        ({"INFORMER_BUS_COMPACT_CACHE": "1"}, ["--cache", "compact"], "compact"),
+        ({"INFORMER_BUS_COMPACT_CACHE": "0"}, ["--cache", "plain"], "plain"),
+    ],
+)
+def test_the_deprecated_compact_cache_switch_keeps_its_meaning(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], flags: list[str], cache: str
+) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser()
+    add_flags(parser, ProcessorSettings, "INFORMER_BUS_")
+    settings = settings_from_args(ProcessorSettings, "INFORMER_BUS_", parser.parse_args(flags))
+    assert settings.cache == cache
+
+
+def test_the_deprecated_switch_cannot_contradict_cache() -> None:
+    with pytest.raises(SettingsError, match="--cache plain contradicts the deprecated"):
+        settings_of(ProcessorSettings, cache="plain", compact_cache=True)

@@ -129,10 +129,14 @@ class IndexerMatchesModel(RuleBasedStateMachine):
         write(obj)
         self.model[meta_namespace_key(obj)] = obj
 
-    @rule(obj=objects())
-    def delete_by_object(self, obj: Obj) -> None:
-        self.store.delete(obj)
-        self.model.pop(meta_namespace_key(obj), None)
+    @rule(obj=objects(), returning=st.booleans())
+    def delete_by_object(self, obj: Obj, returning: bool) -> None:
+        key = meta_namespace_key(obj)
+        if returning:
+            assert self.store.delete(obj) == self.model.get(key)
+        else:
+            self.store.discard(obj)  # as process_deltas deletes: nothing decoded or returned
+        self.model.pop(key, None)
 
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data(), with_stale_state=st.booleans())

@@ -91,7 +91,7 @@ def test_added_updated_deleted_and_tombstone_keys_are_reconciled(
     b2 = pod("b", "other", rv="2")
     process_deltas(controller, store, [Delta(DeltaType.UPDATED, b2)], is_in_initial_list=False)
     wait_until(lambda: controller.count("other/b") == 2)
-    assert controller.seen["other/b"] is b2  # reconcile reads the current state
+    assert controller.seen["other/b"] == b2  # reconcile reads the current state
     process_deltas(controller, store, [Delta(DeltaType.DELETED, a)], is_in_initial_list=False)
     tombstone = DeletedFinalStateUnknown("default/c", c)
     process_deltas(controller, store, [Delta(DeltaType.DELETED, tombstone)], False)

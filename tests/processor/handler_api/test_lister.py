@@ -133,7 +133,7 @@ class TestOwnership:
             lister.attach(shard, store)
         for p in pods:
             key = f"default/{p['metadata']['name']}"
-            assert lister.get_by_key(key) is p
+            assert lister.get_by_key(key) == p
             assert lister.owns(key)
         lister.detach(2)
         for p in pods:

@@ -127,13 +127,15 @@ def test_processors_split_the_shards_and_their_caches_equal_the_api_state(
     assert a.readyz()[0] and b.readyz()[0]
 
 
-def test_a_compact_cache_processor_follows_churn_and_handover_like_a_plain_one(
+def test_a_plain_cache_processor_and_a_default_compact_one_serve_a_resource_side_by_side(
     pipeline: Pipeline,
 ) -> None:
     pipeline.sim.populate("pods", 300, seed=3)
     pipeline.reflector()
-    compact, plain = pipeline.processor("compact", compact_cache=True), pipeline.processor("plain")
+    compact, plain = pipeline.processor("compact"), pipeline.processor("plain", cache="plain")
     wait_until(converged(pipeline, [compact, plain]), 20, what="caches equal the API state")
+    held = plain.lister.list_keys()[0]
+    assert plain.lister.get_by_key(held) is plain.lister.get_by_key(held)  # shared dicts
     pipeline.sim.churn(rate=300, seconds=1.0, seed=4)
     pipeline.stop(plain)  # its shards move to the compact one, which loads them as bytes
     wait_until(converged(pipeline, [compact]), 20, what="the compact cache holds everything")

@@ -37,8 +37,8 @@ class DictStore:
         old, self.items[key] = self.items.get(key), obj
         return old
 
-    def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None:
-        return self.items.pop(deletion_handling_meta_namespace_key(obj) if key is None else key)
+    def discard(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> None:
+        self.items.pop(deletion_handling_meta_namespace_key(obj) if key is None else key)
 
     def get_by_key(self, key: str) -> Obj | None:
         return self.items.get(key)
