@@ -12,14 +12,23 @@ from typing import NamedTuple
 
 from common.keys import Obj
 
-__all__ = ["Codec", "exact_bytes"]
+__all__ = ["Codec", "as_is", "exact_bytes"]
+
+
+def as_is(packed: bytes) -> bytes:
+    return packed
 
 
 class Codec(NamedTuple):
-    """How a :class:`~common.compact_store.CompactIndexer` turns objects into bytes and back."""
+    """How a :class:`~common.compact_store.CompactIndexer` turns objects into bytes and back.
+
+    ``keep`` is what the store keeps of bytes a caller hands over already packed: the part
+    ``unpack`` reads, without what only the caller needed (``unpack(keep(b)) == unpack(b)``).
+    """
 
     pack: Callable[[Obj], bytes]
     unpack: Callable[[bytes], Obj]
+    keep: Callable[[bytes], bytes] = as_is
 
 
 def exact_bytes(encoded: bytes) -> bytes:

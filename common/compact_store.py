@@ -78,14 +78,13 @@ class CompactIndexer(Indexer):
         codec: Codec = JSON_CODEC,
     ) -> None:
         self.codec = codec
-        self._pack, self._unpack = codec
+        self._pack, self._unpack, self._keep = codec
         super().__init__(key_func, indexers, detect_mutations=False)
 
     def update(self, obj: Obj, key: str | None = None, packed: bytes | None = None) -> Obj | None:
         if key is None:
             key = self._key_func(obj)
-        if packed is None:
-            packed = self._pack(obj)
+        packed = self._pack(obj) if packed is None else self._keep(packed)
         # The plain store's update (indexing ``obj``, which fails before anything is stored),
         # then its entry swapped for the bytes within the same hold of the reentrant lock, so
         # no reader ever sees the dict. The plain store's hot path keeps its single call.

@@ -143,16 +143,24 @@ def test_a_compact_pod_costs_about_its_json_where_a_dict_costs_several_times_it(
     assert plain >= 3 * compact, (plain, compact)
 
 
-def test_the_envelope_codec_keeps_stream_entries_as_they_came() -> None:
+def test_the_envelope_codec_keeps_a_stream_entrys_object_part() -> None:
     web = pod("web", "7")
     entry = encode_envelope(
         DeltaEnvelope.from_delta(Delta(DeltaType.UPDATED, web), observed_at=1.0)
     )
+    header = entry.index(b"\n")
     store = CompactIndexer(codec=ENVELOPE_CODEC)
 
     store.update(web, "shop/web", entry)  # as a processor applies a stream entry
-    assert store.packed_size() == len(entry)  # kept, not re-encoded
+    # Kept without re-encoding, and without the header the worker already read.
+    assert store.packed_size() == len(entry) - header == len(orjson.dumps(web)) + 1
     assert store.get_by_key("shop/web") == web
+    assert store.update(pod("web", "8"), "shop/web", entry.replace(b'"7"', b'"8"')) == web
+    assert store.get_by_key("shop/web") == pod("web", "8")
+    v1_entry = orjson.dumps({"v": 1, "o": web})  # a v1 entry has no header to cut
+    store.update(web, "shop/web", v1_entry)
+    assert store.get_by_key("shop/web") == web
+    assert store.packed_size() == len(v1_entry)
 
     # Written without its entry (a relist, a test): a holder the same codec reads back.
     store.add(pod("db"))
