@@ -70,6 +70,9 @@ class ServiceChild:
         self.stop_timeout = stop_timeout
         self.process: ChildProcess | None = None
         self.spawned = 0.0
+        self.cwd = ROOT
+        """Where the child runs: ``python -m`` imports the service from here (another checkout's
+        root runs that checkout's code, for a same-run comparison)."""
 
     def on_message(self, message: str, arrived: float) -> None:
         """A log line's message arrived (on the log reader thread)."""
@@ -80,7 +83,7 @@ class ServiceChild:
         env.update(self.extra_env)
         self.spawned = self.clock()
         self.process = ChildProcess(
-            self.args, name=self.label, log_path=self.log_path, env=env, cwd=ROOT,
+            self.args, name=self.label, log_path=self.log_path, env=env, cwd=self.cwd,
             on_line=self._on_line,
         ).start()  # fmt: skip
         return self

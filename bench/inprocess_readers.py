@@ -33,13 +33,17 @@ here, about what the simulator writes); 64 KiB was slower."""
 
 
 class Tally:
-    """Events handled so far by a reader thread: first and last arrival, done when complete."""
+    """Events handled so far by a reader thread: first and last arrival, done when complete;
+    and the CPU the reader's thread used in between (``add`` runs on that thread), which is
+    what the reflector's CPU per event is compared with in the same run."""
 
     def __init__(self, want: int) -> None:
         self.want = want
         self.count = 0
         self.first = 0.0
         self.last = 0.0
+        self.cpu_first = 0.0
+        self.cpu_seconds = 0.0
         self.done = threading.Event()
 
     def add(self, count: int, arrived: float) -> None:
@@ -47,9 +51,11 @@ class Tally:
             return
         if not self.first:
             self.first = arrived
+            self.cpu_first = time.thread_time()
         self.count += count
         if self.count >= self.want and not self.done.is_set():
             self.last = time.perf_counter()
+            self.cpu_seconds = time.thread_time() - self.cpu_first
             self.done.set()
 
     @property
@@ -80,7 +86,10 @@ def bare_list(pool: urllib3.PoolManager, url: str, want: int) -> float:
     return seconds
 
 
-def bare_watch_burst(sim: Sim, pool: urllib3.PoolManager, want: int, seed: int) -> float:
+def bare_watch_burst(
+    sim: Sim, pool: urllib3.PoolManager, want: int, seed: int
+) -> tuple[float, float]:
+    """Seconds of the burst, and the CPU seconds the reading thread used over it."""
     rv = sim.resource_version()
     resp = pool.request(
         "GET",
@@ -110,7 +119,8 @@ def bare_watch_burst(sim: Sim, pool: urllib3.PoolManager, want: int, seed: int) 
             resp.close()  # the watch is still open: never reuse its connection
             resp.release_conn()
 
-    return _burst_through("bare-watch", read, sim, tally, seed=seed, what="the bare watch loop")
+    seconds = _burst_through("bare-watch", read, sim, tally, seed=seed, what="the bare watch loop")
+    return seconds, tally.cpu_seconds
 
 
 # ----------------------------------------------------------------------------- official client

@@ -164,7 +164,9 @@ def measure_fast(
     spy = PySpy(args.py_spy)
     bare_lists: list[float] = []
     bare_bursts: list[float] = []
+    bare_burst_cpus: list[float] = []
     runs: list[ReflectorRun] = []
+    baseline_runs: list[ReflectorRun] = []
     for attempt in range(sizes.repeat):
         what = f"round {attempt + 1}/{sizes.repeat}"
         progress(args, f"{what}: bare loop, LIST of {sizes.pods:,} pods")
@@ -172,12 +174,22 @@ def measure_fast(
             bare_lists.append(bare_list(pool, sim.url, sizes.pods))
         progress(args, f"{what}: bare loop, watch of {sizes.burst:,} updates")
         with frozen_heap():
-            bare_bursts.append(bare_watch_burst(sim, pool, sizes.burst, next(seeds)))
+            seconds, cpu = bare_watch_burst(sim, pool, sizes.burst, next(seeds))
+        bare_bursts.append(seconds)
+        bare_burst_cpus.append(cpu)
         sim.end_watches()
         progress(args, f"{what}: reflector, list then burst")
         log_path = workdir / f"reflector-{attempt}.log"
         runs.append(reflector_run(sim, redis_url, sizes, next(seeds), log_path=log_path, spy=spy))
         sim.end_watches()
+        if args.baseline_root is not None:
+            progress(args, f"{what}: baseline reflector ({args.baseline_root}), list then burst")
+            log_path = workdir / f"baseline-{attempt}.log"
+            baseline_runs.append(
+                reflector_run(sim, redis_url, sizes, next(seeds), log_path=log_path,
+                              spy=PySpy(None), root=args.baseline_root)
+            )  # fmt: skip
+            sim.end_watches()
     for name, path in spy.files.items():
         print_profile(name, path)
     best = min(runs, key=lambda run: run.list_seconds)
@@ -186,12 +198,36 @@ def measure_fast(
         "cpu_us_per_event": round(1e6 * best.list_cpu_seconds / sizes.pods, 2),
     }
     best_burst = min(runs, key=lambda run: run.burst_seconds)
+
+    def per_event(seconds: list[float]) -> list[float]:
+        return [round(1e6 * s / sizes.burst, 2) for s in seconds]
+
+    # CPU per burst event of the reflector and of redis-server, and their ratio to the bare
+    # loop's, round by round (each round's bare loop ran just before its reflector).
+    reflector_cpu = per_event([run.burst_cpu_seconds for run in runs])
+    redis_cpu = per_event([run.redis_burst_cpu_seconds for run in runs])
+    bare_cpu = per_event(bare_burst_cpus)
     burst_cpu = {
         "cpu_us_per_event": round(1e6 * best_burst.burst_cpu_seconds / sizes.burst, 2),
-        "cpu_us_per_event_runs": [
-            round(1e6 * run.burst_cpu_seconds / sizes.burst, 2) for run in runs
+        "cpu_us_per_event_runs": reflector_cpu,
+        "redis_cpu_us_per_event_runs": redis_cpu,
+        "bare_cpu_us_per_event_runs": bare_cpu,
+        "reflector_to_bare_cpu_runs": [
+            round(r / b, 2) for r, b in zip(reflector_cpu, bare_cpu, strict=True)
         ],
+        "redis_to_bare_cpu_runs": [
+            round(r / b, 2) for r, b in zip(redis_cpu, bare_cpu, strict=True)
+        ],
+        "redis_commandstats": best_burst.redis_commandstats,
     }
+    if baseline_runs:
+        burst_cpu["baseline_cpu_us_per_event_runs"] = per_event(
+            [run.burst_cpu_seconds for run in baseline_runs]
+        )
+        burst_cpu["baseline_redis_cpu_us_per_event_runs"] = per_event(
+            [run.redis_burst_cpu_seconds for run in baseline_runs]
+        )
+        burst_cpu["baseline_runs_seconds"] = [round(run.burst_seconds, 4) for run in baseline_runs]
     return [
         Measurement(REFLECTOR, LIST, sizes.pods, best.list_seconds,
                     [run.list_seconds for run in runs], wall),
@@ -236,6 +272,14 @@ def main() -> int:
         default=None,
         metavar="DIR",
         help="record py-spy profiles of the reflector (raw format) into DIR",
+    )
+    parser.add_argument(
+        "--baseline-root",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run the reflector of another checkout (e.g. `git archive` of a commit into "
+        "DIR) after each round's, and report its burst CPU beside this one's (same run)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

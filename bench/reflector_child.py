@@ -13,7 +13,7 @@ import collections
 import re
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -119,6 +119,29 @@ class ReflectorRun:
     """CPU (user + system) the reflector process used from spawn to synced."""
     burst_cpu_seconds: float
     """CPU the reflector process used from the burst's start until all of it was in Redis."""
+    redis_burst_cpu_seconds: float = 0.0
+    """CPU redis-server used over the same span (its own ``INFO cpu``; the bench's few
+    polling calls included)."""
+    redis_commandstats: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``INFO commandstats`` of the burst alone (reset at its start): calls, usec, usec_per_call
+    per command, which says where redis-server's CPU went."""
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """User + system CPU redis-server used so far, by its own account (``INFO cpu``)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def commandstats(client: redis.Redis) -> dict[str, dict[str, float]]:
+    """``INFO commandstats``, keyed by command name without the ``cmdstat_`` prefix."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): {
+            key: value for key, value in fields.items() if key in ("calls", "usec", "usec_per_call")
+        }
+        for name, fields in stats.items()
+    }
 
 
 class PySpy:
@@ -148,12 +171,22 @@ class PySpy:
 
 
 def reflector_run(
-    sim: Sim, redis_url: str, sizes: RunSizes, seed: int, *, log_path: Path, spy: PySpy
+    sim: Sim,
+    redis_url: str,
+    sizes: RunSizes,
+    seed: int,
+    *,
+    log_path: Path,
+    spy: PySpy,
+    root: Path | None = None,
 ) -> ReflectorRun:
-    """One fresh reflector on an empty Redis: its initial list, then one burst."""
+    """One fresh reflector on an empty Redis: its initial list, then one burst. ``root``: run
+    the reflector of that checkout instead of this one's."""
     pods, burst = sizes.pods, sizes.burst
     client = redis.Redis.from_url(redis_url, socket_timeout=60)
     child = ReflectorChild(sim.url, redis_url, log_path)
+    if root is not None:
+        child.cwd = root
     try:
         client.flushall()
         child.start()
@@ -176,6 +209,8 @@ def reflector_run(
             )
         sim.wait_watching(alive=child.check_alive)
         before = last_ids(client)
+        client.config_resetstat()
+        redis_before = redis_cpu_seconds(client)
         cpu_before = process_cpu_seconds(child.pid)
         spy.start(child.pid, "burst")
         sim.burst(burst, seed)
@@ -186,6 +221,8 @@ def reflector_run(
             alive=child.check_alive,
         )
         burst_cpu = process_cpu_seconds(child.pid) - cpu_before
+        redis_burst_cpu = redis_cpu_seconds(client) - redis_before
+        burst_stats = commandstats(client)
         spy.stop()
         if (entries := stream_entries(client)) != pods + burst:
             raise BenchError(f"{entries - pods} stream entries for a burst of {burst}")
@@ -195,6 +232,8 @@ def reflector_run(
             burst_seconds=burst_span(client, before),
             list_cpu_seconds=list_cpu,
             burst_cpu_seconds=burst_cpu,
+            redis_burst_cpu_seconds=redis_burst_cpu,
+            redis_commandstats=burst_stats,
         )
     finally:
         spy.stop()

@@ -116,6 +116,14 @@ def print_table(report: dict[str, Any]) -> None:
     print_notes(report["notes"])
 
 
+def _us(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values) + " us"
+
+
+def _ratios(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
 def notes(results: list[Measurement], sizes: Sizes, profiled: bool) -> list[str]:
     ours = next(m for m in results if m.reader == REFLECTOR and m.workload == LIST)
     burst = next(m for m in results if m.reader == REFLECTOR and m.workload == BURST)
@@ -131,6 +139,20 @@ def notes(results: list[Measurement], sizes: Sizes, profiled: bool) -> list[str]
         f"{ours.extra['cpu_us_per_event']:.1f} us (from spawn), watch burst "
         f"{burst.extra['cpu_us_per_event']:.1f} us (best-rate round; all rounds: "
         f"{', '.join(f'{c:.1f}' for c in burst.extra['cpu_us_per_event_runs'])}).",
+        "watch burst CPU per event, round by round: reflector "
+        f"{_us(burst.extra['cpu_us_per_event_runs'])}, redis-server "
+        f"{_us(burst.extra['redis_cpu_us_per_event_runs'])}, bare loop (its thread) "
+        f"{_us(burst.extra['bare_cpu_us_per_event_runs'])}; ratio to the bare loop: reflector "
+        f"{_ratios(burst.extra['reflector_to_bare_cpu_runs'])}, redis-server "
+        f"{_ratios(burst.extra['redis_to_bare_cpu_runs'])} (issue 16: <= 1.5 and <= 1.0).",
+        "redis-server commands over the best burst (calls, usec per call): "
+        + ", ".join(
+            f"{name} {int(stat['calls'])} x {stat['usec_per_call']:.1f}"
+            for name, stat in sorted(
+                burst.extra["redis_commandstats"].items(), key=lambda kv: -kv[1]["usec"]
+            )[:6]
+        )
+        + ".",
         "SharedInformer lists with ONE unpaginated LIST (that is how it works); timed until its "
         "ADDED handlers saw every pod.",
         "watch burst: the simulator holds the watch streams, generates the burst flat out, then "

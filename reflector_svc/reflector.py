@@ -81,6 +81,11 @@ class WatchStream(AbstractContextManager["WatchStream"], Protocol):
 
     def batches(self) -> Iterator[list[WatchEvent]]: ...
 
+    @property
+    def more_waiting(self) -> bool:
+        """Whether more of the stream was already waiting to be read after the last batch."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -562,7 +567,7 @@ class Reflector:
                 published = self._publish_relist(initial, known, snapshot_rv=done_rv)
                 self._finish_relist(done_rv, published)
                 initial.clear()
-                self._consume(batches)  # a bad line from here on: the caller re-watches
+                self._consume(batches, stream)  # a bad line from here on: re-watch
                 return
         raise _RelistNeeded("the watch-list stream ended before its initial events were complete")
 
@@ -617,7 +622,7 @@ class Reflector:
             started = self._monotonic()
             try:
                 with self._open_watch(reason) as stream:
-                    events = self._consume(stream.batches())
+                    events = self._consume(stream.batches(), stream)
             except MalformedWatchEventError as bad:
                 self._after_bad_line(bad)
                 reason = "bad_line"
@@ -645,8 +650,10 @@ class Reflector:
                     self.resource, rv, bad, rv, delay)  # fmt: skip
         self._stop.wait(delay)
 
-    def _consume(self, batches: Iterable[list[WatchEvent]]) -> int:
-        """Publish the events of each arriving batch; returns how many events were seen."""
+    def _consume(self, batches: Iterable[list[WatchEvent]], stream: WatchStream) -> int:
+        """Publish the events of each arriving batch; returns how many events were seen.
+        Each batch says whether the next is already waiting (``stream.more_waiting``), so the
+        publisher may wait for it (:mod:`reflector_svc.pipeline`)."""
         seen = 0
         for events in batches:
             seen += len(events)
@@ -660,12 +667,13 @@ class Reflector:
                 if delta is not None:
                     pending.append(delta)
                     bookmark_rv = None
+            more = stream.more_waiting
             if pending:
                 rv = pending[-1].resource_version
-                self._publish(pending, checkpoint_rv=rv, progress_rv=rv)
+                self._publish(pending, checkpoint_rv=rv, progress_rv=rv, more_waiting=more)
             if bookmark_rv:
                 # In order behind the events before it: durable only once they are.
-                self._publish([], checkpoint_rv=None, progress_rv=bookmark_rv)
+                self._publish([], checkpoint_rv=None, progress_rv=bookmark_rv, more_waiting=more)
             self._maybe_checkpoint_all()
             if self._stop.is_set():
                 break
@@ -677,10 +685,13 @@ class Reflector:
         *,
         checkpoint_rv: str | None,
         progress_rv: str | None = None,
+        more_waiting: bool = False,
     ) -> None:
         """Hand a batch to the publishing thread; ``last_rv`` moves to ``progress_rv`` once
         Redis has confirmed it (see :mod:`reflector_svc.pipeline`)."""
-        self._fresh_pipeline().submit(deltas, checkpoint_rv=checkpoint_rv, progress_rv=progress_rv)
+        self._fresh_pipeline().submit(
+            deltas, checkpoint_rv=checkpoint_rv, progress_rv=progress_rv, more_waiting=more_waiting
+        )
 
     def _publish_now(self, deltas: Sequence[PendingDelta], checkpoint_rv: str | None) -> None:
         """Runs on the publishing thread."""

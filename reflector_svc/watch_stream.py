@@ -80,6 +80,10 @@ class WatchStream(Iterator[WatchEvent]):
         self._iter: Iterator[WatchEvent] = self._events()
         self.end_reason: str | None = None
         self.bytes_read = 0
+        self.more_waiting = False
+        """Whether the last read filled its whole buffer: more was already there to read (a
+        burst), so the next batch follows at once (the publisher waits for it:
+        :mod:`reflector_svc.pipeline`)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -233,6 +237,7 @@ class WatchStream(Iterator[WatchEvent]):
         finally:
             with self._lock:
                 self._reading = False
+        self.more_waiting = len(data) >= self._read_size
         if data:
             self.bytes_read += len(data)
         else:

@@ -53,6 +53,9 @@ def pod(name: str, rv: int | str, namespace: str = "ns", **extra: Any) -> Obj:
 class FakeWatch:
     """One watch: its plan's steps, in order, as :meth:`batches`."""
 
+    more_waiting = False
+    """Never: every step is a batch of its own."""
+
     def __init__(self, steps: Sequence[WatchStep]) -> None:
         self._steps = list(steps)
         self._closed = threading.Event()

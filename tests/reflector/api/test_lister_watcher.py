@@ -338,6 +338,24 @@ def test_batches_group_what_arrived_together(sim: Simulator, make_source: MakeSo
     assert rvs == sorted(rvs)
 
 
+def test_a_stream_says_when_more_is_waiting(sim: Simulator, make_source: MakeSource) -> None:
+    # 300 Pods of history wait in the socket: 1 KiB reads come back full (more is waiting).
+    rv = str(sim.resource_version)
+    sim.populate("pods", 300, seed=5)
+    with make_source("pods", read_size=1024).watch(
+        resource_version=rv, timeout_seconds=10, allow_bookmarks=False, inactivity_timeout=5
+    ) as stream:
+        seen: list[WatchEvent] = []
+        waiting = []
+        for batch in stream.batches():
+            seen.extend(batch)
+            waiting.append(stream.more_waiting)
+            if len(seen) >= 300:
+                break
+    assert len(seen) == 300
+    assert waiting[0]
+
+
 def test_batches_raise_an_error_event(sim: Simulator, make_source: MakeSource) -> None:
     sim.create("pods", pod("a"))
     old = str(sim.resource_version)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from common.deltas import DeltaType
+from reflector_svc import pipeline as pipeline_module
 from reflector_svc.pipeline import PublishPipeline
 from reflector_svc.publish_records import PendingDelta
 
@@ -140,3 +141,49 @@ def test_submit_blocks_when_the_queue_is_full() -> None:
     blocked.join(5)
     pipe.close()
     assert [rv for rvs, _ in sink.calls for rv in rvs] == ["1", "2", "3", "4", "5"]
+
+
+# In a burst the reader says more is waiting: the publisher lets the queue fill (at most
+# LINGER, made long here so that nothing depends on timing) and publishes fewer, larger batches.
+
+
+def test_batches_of_a_burst_wait_for_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline_module, "LINGER", 60.0)
+    sink, progress = Sink(), []
+    pipe = pipeline(sink, progress)
+    for rv in (1, 2):
+        pipe.submit([delta(rv)], checkpoint_rv=str(rv), progress_rv=str(rv), more_waiting=True)
+    pipe.submit([delta(3)], checkpoint_rv="3", progress_rv="3")  # caught up: publish now
+    pipe.flush()
+    pipe.close()
+    assert sink.calls == [(["1", "2", "3"], "3")]
+    assert progress == ["3"]
+
+
+def test_a_burst_publishes_once_batch_max_is_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline_module, "LINGER", 60.0)
+    sink, progress = Sink(), []
+    pipe = pipeline(sink, progress, batch_max=3)
+    for rv in (1, 2, 3):
+        pipe.submit([delta(rv)], checkpoint_rv=str(rv), progress_rv=str(rv), more_waiting=True)
+    assert sink.entered.wait(5)  # without a flush, and though more was said to be waiting
+    pipe.flush()
+    pipe.close()
+    assert sink.calls == [(["1", "2", "3"], "3")]
+
+
+@pytest.mark.parametrize("linger", [60.0, 0.01])
+def test_more_that_never_comes_is_not_waited_for_forever(
+    monkeypatch: pytest.MonkeyPatch, linger: float
+) -> None:
+    # A flush (60 s linger) or the linger's end (10 ms) publishes what a burst left queued.
+    monkeypatch.setattr(pipeline_module, "LINGER", linger)
+    sink, progress = Sink(), []
+    pipe = pipeline(sink, progress)
+    pipe.submit([delta(1)], checkpoint_rv="1", progress_rv="1", more_waiting=True)
+    if linger < 1:
+        assert sink.entered.wait(5)
+    pipe.flush()
+    pipe.close()
+    assert sink.calls == [(["1"], "1")]
+    assert progress == ["1"]
