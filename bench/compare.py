@@ -111,11 +111,13 @@ from sim_control import Sim
 
 from common.service_runner import fail
 from informer_bus.apiserver_sim import SimulatorSettings
+from processor_svc.settings import COMPACT, PLAIN
 from reflector_svc.transform import build_transform
 from tests.support.redis_server import RedisServer
 
-CONFIGURATIONS = ((1, False), (2, False), (4, False), (1, True))
-"""informer-bus runs: (processors, compact cache); the compact run is the memory target's."""
+CONFIGURATIONS = ((1, COMPACT), (2, COMPACT), (4, COMPACT), (1, PLAIN))
+"""informer-bus runs: (processors, cache); the default (compact) cache, and 1 processor with the
+plain one beside it for the memory and CPU it trades."""
 COLD_START_PROCESSORS = 4
 
 DEFAULTS = {"pods": 100_000, "burst": 50_000, "steady_seconds": 30.0, "steady_rate": 1000.0}
@@ -362,23 +364,21 @@ def measure_informer_bus(
     others = {"reflector": reflector.pid, "redis": redis_pid, "simulator": sim.process.pid}
     results: list[Result] = [cold]
     spy = PySpy(args.py_spy)
-    processor_growth: dict[tuple[int, bool], float] = {}
-    for count, compact in CONFIGURATIONS:
-        label, contender = informer_bus_label(count, compact), informer_bus_key(count, compact)
-        tag = f"t{count}" + ("c" if compact else "")
+    processor_growth: dict[tuple[int, str], float] = {}
+    for count, cache in CONFIGURATIONS:
+        label, contender = informer_bus_label(count, cache), informer_bus_key(count, cache)
+        tag = f"t{count}" + ("p" if cache == PLAIN else "")
         progress(args, f"{label}: warm restart on the filled Redis")
-        with group_running(
-            count, TRIVIAL, server.url, workdir, tag, compact_cache=compact
-        ) as group:
+        with group_running(count, TRIVIAL, server.url, workdir, tag, cache=cache) as group:
             pids = [child.pid for child in group.children]
             wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
                      alive=group.check_alive)  # fmt: skip
             before = sum(memory_kb(pid, "VmRSS") for pid in pids)
             results.append(warm_restart(args, group, contender, label, redis_pid))
             after = sum(memory_kb(pid, "VmRSS") for pid in pids)
-            processor_growth[count, compact] = (after - before) * 1024 / args.pods
+            processor_growth[count, cache] = (after - before) * 1024 / args.pods
             progress(args, f"{label}: burst of {args.burst:,} updates")
-            profiled = (count, compact) == CONFIGURATIONS[0]
+            profiled = (count, cache) == CONFIGURATIONS[0]
             if profiled:  # the row issue 16's targets are read from
                 spy.start({"reflector": reflector.pid, "processor": pids[0]}, "burst")
             commands = RedisCommandCosts(server.url)
@@ -406,8 +406,8 @@ def measure_informer_bus(
         "redis_used_memory_bytes": redis_bytes,
         "redis_bytes_per_pod": round(redis_bytes / args.pods, 1),
         "redis_stream_entries": args.pods,
-        "processor_rss_growth_bytes_per_pod": round(processor_growth[1, False], 1),
-        "compact_processor_rss_growth_bytes_per_pod": round(processor_growth[1, True], 1),
+        "processor_rss_growth_bytes_per_pod": round(processor_growth[1, COMPACT], 1),
+        "plain_processor_rss_growth_bytes_per_pod": round(processor_growth[1, PLAIN], 1),
         "reflector_peak_rss_mb": peak_rss_mb([reflector.pid]),
         "redis_peak_rss_mb": peak_rss_mb([redis_pid]),
     }

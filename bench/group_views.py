@@ -102,8 +102,8 @@ class View:
     @property
     def description(self) -> str:
         flags = [f"--{flag} {value}" for flag, value in self.flags.items()]
-        flags += ["--cache compact"] if self.compact_cache else []
-        return " ".join(flags) or "no view"
+        flags += ["--cache compact" if self.compact_cache else "--cache plain"]
+        return " ".join(flags)
 
 
 VIEWS = (
@@ -285,7 +285,7 @@ def start_groups(
                 workdir,
                 view.name,
                 flags=flags,
-                compact_cache=view.compact_cache,
+                cache="compact" if view.compact_cache else "plain",
             )
         )
     for view in VIEWS:

@@ -9,7 +9,7 @@ Not a test: it measures. Run it from the repository root::
 One simulator, a private redis-server and one reflector (``python -m reflector_svc``, the
 real publish path) fill 16 shard streams; then one ``python -m processor_svc`` per contender,
 each its own consumer group on the same streams, so every contender reads every entry of the
-same bursts under the same load. ``--compact`` adds this checkout with ``--compact-cache``;
+same bursts under the same load. ``--plain`` adds this checkout with ``--cache plain``;
 ``--baseline DIR`` adds a contender that imports
 ``processor_svc`` and ``common`` from ``DIR`` (e.g. ``git archive HEAD processor_svc common |
 tar -x -C DIR``): what a change buys, measured side by side instead of in two noisy runs.
@@ -78,7 +78,7 @@ def contender(
     workdir: Path,
     root: Path | None,
     *,
-    compact_cache: bool = False,
+    cache: str = "compact",
 ) -> Iterator[Group]:
     """One processor in consumer group ``name``; with ``root``, its ``processor_svc`` and
     ``common`` are imported from that checkout instead of this one."""
@@ -92,7 +92,7 @@ def contender(
         workdir=workdir,
         tag=name,
         flags={"group": name, **PATIENT},
-        compact_cache=compact_cache,
+        cache=cache,
     )
     if root is not None:
         for child in group.children:
@@ -113,8 +113,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     roots: dict[str, Path | None] = {"current": None}
     if args.baseline is not None:
         roots["baseline"] = args.baseline
-    if args.compact:
-        roots["compact"] = None
+    if args.plain:
+        roots["plain"] = None
     results: dict[str, collections.defaultdict[str, list[float]]] = {
         name: collections.defaultdict(list) for name in roots
     }
@@ -135,7 +135,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     server.url,
                     workdir,
                     root,
-                    compact_cache=name == "compact",
+                    cache="plain" if name == "plain" else "compact",
                 )
             )
             for name, root in roots.items()
@@ -206,9 +206,9 @@ def main() -> int:
         "--baseline", type=Path, help="a checkout whose processor_svc and common run beside"
     )
     parser.add_argument(
-        "--compact",
+        "--plain",
         action="store_true",
-        help="add this checkout with --compact-cache as a contender",
+        help="add this checkout with --cache plain as a contender (the default is compact)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args()

@@ -45,7 +45,7 @@ class ProcessorChild(ServiceChild):
         data_dir: Path,
         log_path: Path,
         *,
-        compact_cache: bool = False,
+        cache: str = "compact",
         flags: Mapping[str, object] | None = None,
     ) -> None:
         all_flags = {
@@ -58,6 +58,7 @@ class ProcessorChild(ServiceChild):
             "http-port": 0,
             "member-id": member,
             "log-level": "info",
+            "cache": cache,
             **(flags or {}),
         }
         python_path = [
@@ -72,8 +73,6 @@ class ProcessorChild(ServiceChild):
             extra_env={
                 DIR_ENV: str(data_dir),
                 "PYTHONPATH": os.pathsep.join(python_path),
-                # A switch flag takes no value, which ServiceChild's flags cannot express.
-                "INFORMER_BUS_COMPACT_CACHE": "1" if compact_cache else "0",
             },
             # One clock with the handlers' stamps (time.monotonic is system-wide on Linux).
             clock=time.monotonic,
@@ -117,7 +116,7 @@ class Group:
         data_dir: Path,
         workdir: Path,
         tag: str,
-        compact_cache: bool = False,
+        cache: str = "compact",
         flags: Mapping[str, object] | None = None,
     ) -> None:
         self.children = [
@@ -127,7 +126,7 @@ class Group:
                 f"{tag}-p{i}",
                 data_dir,
                 workdir / f"processor-{tag}-p{i}.log",
-                compact_cache=compact_cache,
+                cache=cache,
                 flags=flags,
             )
             for i in range(count)
@@ -216,7 +215,7 @@ def group_running(
     workdir: Path,
     tag: str,
     *,
-    compact_cache: bool = False,
+    cache: str = "compact",
     flags: Mapping[str, object] | None = None,
 ) -> Iterator[Group]:
     data_dir = workdir / f"data-{tag}"
@@ -228,7 +227,7 @@ def group_running(
         data_dir=data_dir,
         workdir=workdir,
         tag=tag,
-        compact_cache=compact_cache,
+        cache=cache,
         flags=flags,
     )
     try:

@@ -17,7 +17,7 @@ from tests.support.cli import one_line_error, run_command
 BENCH = ROOT / "bench" / "compare.py"
 PROGRAM = "bench/compare.py"
 WORKLOADS = ("initial sync", "warm restart", "watch burst", "steady")
-OURS = {"informer-bus/1", "informer-bus/2", "informer-bus/4", "informer-bus/1/compact"}
+OURS = {"informer-bus/1", "informer-bus/2", "informer-bus/4", "informer-bus/1/plain"}
 PEERS = {"bare", "watch", "sharedinformer", "kopf"}
 CONTENDERS = OURS | PEERS
 EXPECTED_ROWS = (
@@ -118,10 +118,10 @@ def test_memory_machine_and_versions_are_reported(run: tuple[dict[str, Any], str
     assert 1000 < memory["pod_json_bytes"] < 10_000
     assert memory["redis_bytes_per_pod"] > memory["pod_json_bytes"] / 2
     assert memory["cached_pods"] == PODS
-    assert "compact_processor_rss_growth_bytes_per_pod" in memory
+    assert "plain_processor_rss_growth_bytes_per_pod" in memory
     assert [t["what"] for t in report["memory_targets"]] == [
-        "processor RSS growth per cached pod / pod JSON, compact cache",
-        "processor RSS growth per cached pod / pod JSON, plain dicts (the default)",
+        "processor RSS growth per cached pod / pod JSON, the default (compact) cache",
+        "processor RSS growth per cached pod / pod JSON, --cache plain",
         "Redis used_memory / JSON of (cached pods + retained stream entries)",
     ]
     assert [t["met"] for t in report["memory_targets"]] == [
