@@ -385,7 +385,12 @@ def test_processors_share_every_shard(stack: LocalStack, bus: Bus) -> None:
         holders = bus.shard_holders().values()
         return None not in holders and {h.split("/")[1] for h in holders if h} == pids
 
-    wait_until(shared, 30, interval=0.2, what=lambda: f"shards shared: {bus.shard_holders()}")
+    def why() -> str:  # a failure names the holders and shows what each processor said
+        logs = "\n".join(f"--- {p.pid}:\n" + "\n".join(p.log().splitlines()[-25:])
+                         for p in processors)  # fmt: skip
+        return f"shards shared: {bus.shard_holders()}\n{logs}"
+
+    wait_until(shared, 30, interval=0.2, what=why)
     for processor in processors:
         processor.wait_ready()
 
