@@ -59,7 +59,8 @@ from inprocess_readers import (
     shared_informer,
 )
 from kubernetes import client as kube_client
-from reflector_child import PAGE_SIZE, SHARDS, PySpy, ReflectorRun, print_profile, reflector_run
+from profiling import PySpy
+from reflector_child import PAGE_SIZE, SHARDS, ReflectorRun, reflector_run
 from reflector_report import (
     BARE,
     BURST,
@@ -190,8 +191,7 @@ def measure_fast(
                               spy=PySpy(None), root=args.baseline_root)
             )  # fmt: skip
             sim.end_watches()
-    for name, path in spy.files.items():
-        print_profile(name, path)
+    spy.print_summaries()
     best = min(runs, key=lambda run: run.list_seconds)
     wall = {
         "wall_seconds_from_spawn": round(best.wall_seconds, 3),

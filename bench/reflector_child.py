@@ -4,15 +4,11 @@ private Redis, timed by its log lines and checked by counting what it wrote to R
 Each run starts a fresh reflector on an empty Redis (retention off, so stream lengths count
 every delta of the run), times its initial list from its "leading ... listing" log line to its
 "synced" line, then one burst by the Redis stream IDs of the first and last burst entries
-(Redis' own millisecond clock). ``--py-spy`` attaches :class:`PySpy` per workload.
+(Redis' own millisecond clock). ``--py-spy`` attaches :class:`profiling.PySpy` per workload.
 """
 
 from __future__ import annotations
 
-import collections
-import re
-import signal
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,10 +16,9 @@ from typing import Protocol
 import redis
 from harness import BenchError, ServiceChild
 from proc_stats import process_cpu_seconds
+from profiling import PySpy
 from run_control import timeout_for, wait_for
 from sim_control import RESOURCE, Sim
-
-from informer_bus.child_process import ChildProcess
 
 SHARDS = 16
 PAGE_SIZE = 500
@@ -144,32 +139,6 @@ def commandstats(client: redis.Redis) -> dict[str, dict[str, float]]:
     }
 
 
-class PySpy:
-    """Optional: ``py-spy record`` attached to the reflector, one raw profile per workload
-    (each round overwrites the previous round's)."""
-
-    def __init__(self, out_dir: Path | None) -> None:
-        self.out_dir = out_dir
-        self.process: ChildProcess | None = None
-        self.files: dict[str, Path] = {}
-
-    def start(self, pid: int, name: str) -> None:
-        if self.out_dir is None:
-            return
-        binary = Path(sys.executable).with_name("py-spy")
-        out = self.out_dir / f"reflector-{name}.txt"
-        self.files[name] = out
-        command = [str(binary), "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
-                   "--threads", "--nonblocking", "--output", str(out)]  # fmt: skip
-        # SIGINT: py-spy writes its profile and exits.
-        self.process = ChildProcess(command, stop_signal=signal.SIGINT).start()
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(30)
-        self.process = None
-
-
 def reflector_run(
     sim: Sim,
     redis_url: str,
@@ -190,7 +159,7 @@ def reflector_run(
     try:
         client.flushall()
         child.start()
-        spy.start(child.pid, "list")
+        spy.start({"reflector": child.pid}, "list")
         wait_for(
             lambda: child.synced > 0,
             "the reflector's initial list",
@@ -212,7 +181,7 @@ def reflector_run(
         client.config_resetstat()
         redis_before = redis_cpu_seconds(client)
         cpu_before = process_cpu_seconds(child.pid)
-        spy.start(child.pid, "burst")
+        spy.start({"reflector": child.pid}, "burst")
         sim.burst(burst, seed)
         wait_for(
             lambda: stream_entries(client) >= pods + burst,
@@ -239,32 +208,3 @@ def reflector_run(
         spy.stop()
         child.stop()
         client.close()
-
-
-def print_profile(name: str, path: Path, top: int = 20) -> None:
-    """Where the reflector's sampled (non-idle) time went: self time per function, and the
-    inclusive time of informer-bus' own functions, from py-spy's raw (collapsed) output."""
-    own: collections.Counter[str] = collections.Counter()
-    inclusive: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")[1:]]
-        if not frames:
-            continue
-        total += int(count)
-        own[frames[-1]] += int(count)
-        for frame in set(frames):
-            if "reflector_svc/" in frame or "common/" in frame:
-                inclusive[frame] += int(count)
-    out = sys.stderr
-    print(f"\npy-spy, reflector {name}: {total} samples ({path}); C code (orjson, the cyclic "
-          "GC, socket calls) counts as the Python function that called it", file=out)  # fmt: skip
-    print("  self time:", file=out)
-    for frame, count in own.most_common(top):
-        print(f"  {100 * count / total:5.1f}%  {frame}", file=out)
-    print("  inclusive, informer-bus functions:", file=out)
-    for frame, count in inclusive.most_common(top):
-        print(f"  {100 * count / total:5.1f}%  {frame}", file=out)
