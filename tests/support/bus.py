@@ -614,8 +614,10 @@ class ServiceProcess:
         """Everything it logged so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def url(self, timeout: float = 15.0) -> str:
-        """The base URL of its /metrics, /healthz and /readyz (from its start-up log line)."""
+    def url(self, timeout: float = 60.0) -> str:
+        """The base URL of its /metrics, /healthz and /readyz (from its start-up log line).
+        The wait is a liveness bound, not a speed check: a start-up under a loaded machine's
+        imports took over 15 s once."""
 
         def found() -> str | None:
             assert self.running(), f"the {self.what} exited early:\n{self.log()}"
