@@ -197,12 +197,20 @@ def test_1_13_watch_list_syncs_and_continues_on_the_same_stream(
     service = reflectors.start(watch_list=True)
     wait_synced(service)
     assert bus.known_versions() == sim.ground_truth("pods")
+
+    def watch_list_streams() -> float | None:
+        return service.registry.get_sample_value(
+            "informer_bus_reflector_watch_restarts_total",
+            {"resource": "pods", "reason": "watch-list"},
+        )
+
+    # Usually 1; a loaded machine may break a stream before its initial events end (then the
+    # reflector starts a new watch list). What matters: the live event needs no new stream.
+    at_sync = watch_list_streams()
+    assert at_sync is not None and at_sync >= 1
     sim.create("pods", pod("live"))
     wait_until(lambda: "default/live" in bus.known_versions(), PATIENCE, what="live event")
-    restarts = service.registry.get_sample_value(
-        "informer_bus_reflector_watch_restarts_total", {"resource": "pods", "reason": "watch-list"}
-    )
-    assert restarts == 1
+    assert watch_list_streams() == at_sync
 
 
 def test_1_13_watch_list_falls_back_to_list_on_422(redis_server: Any, bus: Bus) -> None:
