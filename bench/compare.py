@@ -331,9 +331,8 @@ def warm_restart(
     args: argparse.Namespace, group: Group, contender: str, label: str, redis_pid: int
 ) -> Result:
     """Processors started on a filled Redis (no API LIST): from the first one's "started" line
-    until every one is ready with a balanced assignment; CPU from each one's "started" line."""
-    wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
-             alive=group.check_alive)  # fmt: skip
+    until every one is ready with a balanced assignment; CPU from each one's "started" line
+    (the caller has waited for those lines: it reads each one's RSS there)."""
     redis_span = CpuSpan({"redis": [redis_pid]})
     from_started, from_spawn = wait_synced(group, args.pods)
     cpu = redis_span.per_event_us(args.pods)
