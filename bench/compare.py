@@ -82,7 +82,7 @@ from typing import Any, NoReturn
 
 import orjson
 import redis
-from compare_contenders import CONTENDERS, KOPF, LABELS, run_child
+from compare_contenders import BARE, CONTENDERS, KOPF, LABELS, run_child
 from compare_report import (
     BURST,
     PROGRAM,
@@ -93,6 +93,7 @@ from compare_report import (
     informer_bus_key,
     informer_bus_label,
     issue16_targets,
+    median_bare_runs,
     memory_targets,
     notes,
     print_table,
@@ -212,20 +213,29 @@ def measure_steady(
 
 
 def measure_contender(
-    args: argparse.Namespace, sim: Sim, kind: str, workdir: Path, seeds: Iterator[int]
+    args: argparse.Namespace,
+    sim: Sim,
+    kind: str,
+    workdir: Path,
+    seeds: Iterator[int],
+    *,
+    run: int = 1,
 ) -> list[Result]:
+    """A peer's three workloads; ``run``: which of the bare reader's runs this is."""
     label = LABELS[kind]
-    data_dir = workdir / f"data-{kind}"
+    shown = label + (f" (run {run} of {args.bare_runs})" if kind == BARE else "")
+    name = f"{kind}-{run}"
+    data_dir = workdir / f"data-{name}"
     data_dir.mkdir()
-    child = ContenderChild(kind, sim.url, args.pods, data_dir, workdir / f"{kind}.log")
+    child = ContenderChild(kind, sim.url, args.pods, data_dir, workdir / f"{name}.log")
     group = ContenderGroup(child, data_dir, workdir)
     results: list[Result] = []
-    progress(args, f"{label}: initial sync of {args.pods:,} pods")
+    progress(args, f"{shown}: initial sync of {args.pods:,} pods")
     group.start()
     try:
         wait_for(
             lambda: child.sync_seconds is not None,
-            f"{label}'s initial sync",
+            f"{shown}'s initial sync",
             timeout_for(args.pods),
             alive=child.check_alive,
         )
@@ -235,9 +245,9 @@ def measure_contender(
                               peak_rss_mb([child.pid]), cpu=sync_cpu))  # fmt: skip
         sim.wait_watching(alive=child.check_alive)
         pids = {"contender": [child.pid], "simulator": [sim.process.pid]}
-        progress(args, f"{label}: burst of {args.burst:,} updates")
+        progress(args, f"{shown}: burst of {args.burst:,} updates")
         results.append(contender_burst(sim, group, args.burst, next(seeds), kind, pids=pids))
-        progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
+        progress(args, f"{shown}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
         results.append(measure_steady(args, sim, group, next(seeds), key=(kind, label), pids=pids,
                                       coalescing=kind == KOPF))  # fmt: skip
     finally:
@@ -399,6 +409,9 @@ def measure_informer_bus(
                                           key=(contender, label), pids=every))  # fmt: skip
         reflector.check_alive()
     spy.print_summaries()
+    reflector_peak = peak_rss_mb([reflector.pid])
+    reflector.stop()  # a later bare run must not share the simulator's watches with it
+    sim.end_watches()
     memory = {
         "pod_json_bytes": round(json_bytes, 1),
         "cached_pods": args.pods,
@@ -407,7 +420,7 @@ def measure_informer_bus(
         "redis_stream_entries": args.pods,
         "processor_rss_growth_bytes_per_pod": round(processor_growth[1, COMPACT], 1),
         "plain_processor_rss_growth_bytes_per_pod": round(processor_growth[1, PLAIN], 1),
-        "reflector_peak_rss_mb": peak_rss_mb([reflector.pid]),
+        "reflector_peak_rss_mb": reflector_peak,
         "redis_peak_rss_mb": peak_rss_mb([redis_pid]),
     }
     return results, memory
@@ -425,13 +438,23 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
         progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
         progress(args, f"populating {args.pods:,} pods")
         sim.populate(args.pods, seed=1)
+        bare_runs: list[list[Result]] = []
+        bare = BARE not in args.skip
+        if bare:
+            bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=1))
         for kind in CONTENDERS:
-            if kind not in args.skip:
+            if kind not in args.skip and kind != BARE:
                 results += measure_contender(args, sim, kind, workdir, seeds)
+        while bare and len(bare_runs) < args.bare_runs - 1:  # the middle ones: before ours
+            run = len(bare_runs) + 1
+            bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=run))
         ours, memory = measure_informer_bus(
             args, sim, server, workdir=workdir, stack=stack, seeds=seeds
         )
-    return ours + results, memory
+        if bare and args.bare_runs > 1:  # the last one at the very end
+            run = len(bare_runs) + 1
+            bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=run))
+    return ours + median_bare_runs(bare_runs) + results, memory
 
 
 # ----------------------------------------------------------------------------- command line
@@ -500,6 +523,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "(raw profiles in DIR, a summary on stderr; the profiled run's CPU figures include "
         "py-spy's own load on the cores, not on the profiled processes)",
     )
+    parser.add_argument(
+        "--bare-runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs of the bare reader, the yardstick of every CPU ratio: the first before the "
+        "peers, the last at the very end, the others before informer-bus; each workload's "
+        "ratios use the run with the median CPU per event (default 3)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # A contender's own process (ContenderChild); not for users.
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -514,6 +546,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         return args
     if args.pods < 1 or args.burst < 1:
         parser.error("--pods and --burst must be at least 1")
+    if args.bare_runs < 1:
+        parser.error("--bare-runs must be at least 1")
     if args.steady_seconds <= 0 or args.steady_rate <= 0:
         parser.error("--steady-seconds and --steady-rate must be positive")
     if args.chart_from is not None:
@@ -539,7 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "machine": machine(),
         "sizes": {"pods": args.pods, "burst": args.burst, "steady_seconds": args.steady_seconds,
-                  "steady_rate": args.steady_rate, "skipped": sorted(args.skip)},
+                  "steady_rate": args.steady_rate, "skipped": sorted(args.skip),
+                  "bare_runs": args.bare_runs},
         "versions": {name: importlib.metadata.version(name)
                      for name in ("kubernetes", "kopf", "urllib3", "orjson", "redis")},
         "rows": rows(results),
