@@ -50,8 +50,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 from redis.connection import SSLConnection, parse_url
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
@@ -134,7 +134,7 @@ class _Sentinels(Sentinel):
         for index, sentinel in enumerate(self.sentinels):
             where = _node_address(sentinel)
             try:
-                masters: dict[str, Any] = sentinel.sentinel_masters()
+                masters: Any = sentinel.sentinel_masters()
             except redis.AuthenticationError as exc:
                 raise type(exc)(f"sentinel {where}: {_one_line(exc)}") from None
             except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -148,7 +148,8 @@ class _Sentinels(Sentinel):
             state = masters.get(service_name)
             if state is None:
                 continue
-            if self.check_master_state(state, service_name):
+            untyped: Any = self  # redis-py leaves Sentinel unannotated
+            if untyped.check_master_state(state, service_name):
                 # Ask this sentinel first next time, as redis-py does.
                 self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
                 return str(state["ip"]), int(state["port"])
@@ -243,9 +244,10 @@ def connection_kwargs(
     target: RedisConnection, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """Keyword arguments for :func:`redis_client` (``target.url``, ``**kwargs``): the ACL user,
-    the password, the TLS files and the :class:`SentinelTarget` (only with ``--redis-sentinel``;
-    the rest are ``redis.Redis.from_url``'s), checked; raises :class:`SettingsError` (one line) for a
-    contradiction (TLS files with ``redis://``, two different passwords) or an unreadable file.
+    the password, the TLS files and, with ``--redis-sentinel``, the :class:`SentinelTarget`
+    (the rest are ``redis.Redis.from_url``'s), checked; raises :class:`SettingsError` (one
+    line) for a contradiction (TLS files with ``redis://``, two different passwords) or an
+    unreadable file.
 
     Only what is set is returned, so a password in the URL keeps working; redis-py lets URL
     values win over keyword arguments, which is why two different values are refused here.
@@ -294,11 +296,17 @@ def connection_kwargs(
             kwargs["ssl_certfile"] = _readable_file("--redis-tls-cert-file", target.tls_cert_file)
         if target.tls_key_file:
             kwargs["ssl_keyfile"] = _readable_file("--redis-tls-key-file", target.tls_key_file)
-    if target.sentinel is not None:
-        kwargs["sentinel"] = SentinelTarget(
+    return kwargs | _sentinel_kwargs(target)
+
+
+def _sentinel_kwargs(target: RedisConnection) -> dict[str, Any]:
+    if target.sentinel is None:
+        return {}
+    return {
+        "sentinel": SentinelTarget(
             target.sentinel_addresses(), target.sentinel_master, target.sentinel_auth
         )
-    return kwargs
+    }
 
 
 def redis_location(target: RedisConnection) -> str:
@@ -423,7 +431,8 @@ def _is_replica(client: redis.Redis) -> bool:
     """Whether ``client``'s server is a replica (``ROLE``); ``False`` when the user may not
     run ``ROLE``, leaving the ``READONLY`` replies to say it later."""
     try:
-        role: Any = client.execute_command("ROLE")
+        untyped: Any = client  # redis-py leaves execute_command unannotated
+        role: Any = untyped.execute_command("ROLE")
     except (redis.exceptions.NoPermissionError, redis.ResponseError):
         return False
     first = role[0] if role else b""
@@ -504,7 +513,8 @@ def _sentinel_client(
     ``target.auth``, the same credentials."""
     if url.startswith("unix://"):
         raise SettingsError("--redis-sentinel needs a redis:// or rediss:// --redis-url")
-    options: dict[str, Any] = {**kwargs, **parse_url(url)}
+    from_url: Any = parse_url  # redis-py leaves parse_url unannotated
+    options: dict[str, Any] = {**kwargs, **from_url(url)}
     options.pop("host", None)
     options.pop("port", None)
     if options.pop("connection_class", None) is SSLConnection:
@@ -523,7 +533,8 @@ def _sentinel_client(
         sentinel_options.update(
             (name, options[name]) for name in ("username", "password") if options.get(name)
         )
-    manager = _Sentinels(list(target.addresses), sentinel_kwargs=sentinel_options)
+    sentinels: Any = _Sentinels  # redis-py leaves Sentinel unannotated
+    manager = sentinels(list(target.addresses), sentinel_kwargs=sentinel_options)
     client: redis.Redis = manager.master_for(
         target.master, redis_class=SentinelManagedRedis, **options
     )
