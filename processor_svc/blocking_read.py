@@ -188,10 +188,12 @@ def _left_behind(client: redis.Redis, pool: redis.ConnectionPool) -> bool:
     """Whether ``client``'s connection sits on a primary that Sentinel has since replaced.
 
     Its copy of a sentinel-managed pool's settings asks the sentinels on every (re)connect, but
-    an ``XREAD`` is no write: on a demoted old primary it would get no ``READONLY`` to drop the
+    an ``XREAD`` is no write: on a demoted old primary it gets no ``READONLY`` to drop the
     connection, and would go on reading a replica that ``CLIENT UNBLOCK`` (sent through the
-    command client, to the new primary) cannot reach. The command client's pool learns the new
-    address on its first reconnect; a plain pool has no ``master_address`` and never says so.
+    command client, to the new primary) cannot reach. Sentinel usually prevents that with a
+    ``CLIENT KILL TYPE normal`` when it demotes the old primary, but not where ``CLIENT`` is
+    renamed away (a common hardening). The command client's pool learns the new address on its
+    first reconnect; a plain pool has no ``master_address`` and never says so.
     """
     master = getattr(pool, "master_address", None)
     connection: Any = client.connection
