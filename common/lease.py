@@ -164,6 +164,17 @@ def _call_limits(client: redis.Redis) -> tuple[float | None, float | None, int]:
     return conn.socket_timeout, conn.socket_connect_timeout, retries
 
 
+def _lookup_seconds(client: redis.Redis) -> float:
+    """The worst case of asking every sentinel for the primary, which a sentinel-managed
+    client does before each new connection (``common.redis_config``); 0 for other clients."""
+    manager: Any = getattr(client.connection_pool, "sentinel_manager", None)
+    if manager is None:
+        return 0.0
+    options = manager.sentinel_kwargs
+    each = (options.get("socket_connect_timeout") or 0.0) + (options.get("socket_timeout") or 0.0)
+    return float(each * len(manager.sentinels))
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -220,7 +231,9 @@ class RedisLease:
         # A stall costs one connect or one read timeout per attempt, then the attempt fails.
         # An estimate: backoff sleeps are left out, and so are reads that each almost time out.
         self.max_call_seconds: Final = (
-            math.inf if retries < 0 else (retries + 1) * (connect_timeout + socket_timeout)
+            math.inf
+            if retries < 0
+            else (retries + 1) * (connect_timeout + socket_timeout + _lookup_seconds(client))
         )
         """Estimated worst case of one call from the client's timeouts and retry count."""
         self._client = client

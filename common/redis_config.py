@@ -26,10 +26,20 @@ or a :class:`ClusterClient` that discovers the nodes from the URL's node and fol
 redirections, with the same options. Keys of one shard share a hash tag, so every script and
 ``MULTI`` stays within one slot; :func:`node_client` names the node that serves a key, for the
 connections that must sit on it (the processors' blocking reads, ``CLIENT UNBLOCK``).
+
+Redis Sentinel (``--redis-sentinel``): every client is then a sentinel-managed one
+(``redis.sentinel.Sentinel.master_for``) whose pool asks the sentinels for the primary on every
+new connection and drops connections to a primary that was replaced (or that answers
+``READONLY`` after a demotion), so the same client object follows a failover without a restart.
+``--redis-url`` then gives only the scheme and db; the sentinels get the same TLS and, unless
+``--no-redis-sentinel-auth``, the same user and password. :class:`MasterNotFoundError`'s message
+says which of three things happened: no sentinel answered, they do not know the master name,
+or they report it down (a failover under way).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 from collections.abc import Mapping
@@ -40,15 +50,21 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.connection import SSLConnection, parse_url
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from common.settings import LeaseTiming, RedisConnection, SettingsError
 
 __all__ = [
     "PASSWORD_ENV",
     "ClusterClient",
+    "MasterDownError",
+    "MasterUnknownError",
+    "NoSentinelError",
     "RedisAccessError",
+    "SentinelTarget",
     "check_redis_access",
     "command_line_password_warning",
     "connect",
@@ -60,6 +76,7 @@ __all__ = [
     "node_client",
     "redacted_url",
     "redis_client",
+    "redis_location",
     "redis_password",
     "redis_secrets",
 ]
@@ -72,6 +89,106 @@ _SCHEMES: Final = ("redis", "rediss", "unix")
 
 class RedisAccessError(ValueError):
     """Redis refused us for a reason a person must fix; the message is one line, secret-free."""
+
+
+READ_ONLY_HINT: Final = "point --redis-url at the primary or use --redis-sentinel"
+
+
+@dataclasses.dataclass(frozen=True)
+class SentinelTarget:
+    """Where the sentinels are and which master to ask them for (``--redis-sentinel``,
+    ``--redis-sentinel-master``); ``auth``: send the data nodes' user and password to them."""
+
+    addresses: tuple[tuple[str, int], ...]
+    master: str
+    auth: bool = True
+
+    def describe(self) -> str:
+        """``master 'mymaster' via sentinels h1:26379,h2:26379``, for messages."""
+        where = ",".join(f"{host}:{port}" for host, port in self.addresses)
+        return f"master {self.master!r} via sentinels {where}"
+
+
+class NoSentinelError(MasterNotFoundError):
+    """None of the sentinels answered (down, wrong address, not a sentinel)."""
+
+
+class MasterUnknownError(MasterNotFoundError):
+    """Sentinels answered but none monitors a master by that name."""
+
+
+class MasterDownError(MasterNotFoundError):
+    """The sentinels know the master but report it down: a failover is likely under way."""
+
+
+class _Sentinels(Sentinel):
+    """A ``Sentinel`` whose failed master lookup says why (:class:`NoSentinelError`,
+    :class:`MasterUnknownError`, :class:`MasterDownError`, one line each): redis-py's own
+    says only "No master found", the same for a typo in the name and a failover under way."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        unreachable: list[str] = []
+        answered: list[str] = []
+        monitored: set[str] = set()
+        down = False
+        for index, sentinel in enumerate(self.sentinels):
+            where = _node_address(sentinel)
+            try:
+                masters: Any = sentinel.sentinel_masters()
+            except redis.AuthenticationError as exc:
+                raise type(exc)(f"sentinel {where}: {_one_line(exc)}") from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                unreachable.append(f"{where}: {_one_line(exc)}")
+                continue
+            except redis.ResponseError as exc:
+                unreachable.append(f"{where} is not a sentinel ({_one_line(exc)})")
+                continue
+            answered.append(where)
+            monitored.update(masters)
+            state = masters.get(service_name)
+            if state is None:
+                continue
+            untyped: Any = self  # redis-py leaves Sentinel unannotated
+            if untyped.check_master_state(state, service_name):
+                # Ask this sentinel first next time, as redis-py does.
+                self.sentinels[0], self.sentinels[index] = sentinel, self.sentinels[0]
+                return str(state["ip"]), int(state["port"])
+            down = True
+        others = f"; unreachable: {', '.join(unreachable)}" if unreachable else ""
+        if down:
+            raise MasterDownError(
+                f"sentinels report master {service_name!r} down (a failover may be under way)"
+                + others
+            )
+        if answered:
+            raise MasterUnknownError(
+                f"master {service_name!r} unknown to sentinels {','.join(answered)} (they "
+                f"monitor: {', '.join(sorted(monitored)) or 'nothing'}; see "
+                "--redis-sentinel-master)" + others
+            )
+        raise NoSentinelError(
+            f"no sentinel answers for master {service_name!r}: {', '.join(unreachable)}"
+        )
+
+
+def _node_address(client: redis.Redis) -> str:
+    options = client.connection_pool.connection_kwargs
+    return f"{options.get('host')}:{options.get('port')}"
+
+
+class SentinelManagedRedis(redis.Redis):
+    """The client :func:`redis_client` returns with a :class:`SentinelTarget`: a ``redis.Redis``
+    on a ``SentinelConnectionPool`` whose :meth:`close` also closes the clients of the
+    sentinels it asked (``Sentinel`` leaves them open, to be found by the garbage collector)."""
+
+    def close(self) -> None:
+        pool: Any = self.connection_pool
+        try:
+            super().close()
+        finally:
+            manager = getattr(pool, "sentinel_manager", None)
+            if manager is not None:
+                manager.close()
 
 
 def redacted_url(url: str) -> str:
@@ -126,9 +243,11 @@ def _readable_file(flag: str, value: str) -> str:
 def connection_kwargs(
     target: RedisConnection, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments for ``redis.Redis.from_url(target.url, **kwargs)``: the ACL user,
-    the password and the TLS files, checked; raises :class:`SettingsError` (one line) for a
-    contradiction (TLS files with ``redis://``, two different passwords) or an unreadable file.
+    """Keyword arguments for :func:`redis_client` (``target.url``, ``**kwargs``): the ACL user,
+    the password, the TLS files and, with ``--redis-sentinel``, the :class:`SentinelTarget`
+    (the rest are ``redis.Redis.from_url``'s), checked; raises :class:`SettingsError` (one
+    line) for a contradiction (TLS files with ``redis://``, two different passwords) or an
+    unreadable file.
 
     Only what is set is returned, so a password in the URL keeps working; redis-py lets URL
     values win over keyword arguments, which is why two different values are refused here.
@@ -177,7 +296,25 @@ def connection_kwargs(
             kwargs["ssl_certfile"] = _readable_file("--redis-tls-cert-file", target.tls_cert_file)
         if target.tls_key_file:
             kwargs["ssl_keyfile"] = _readable_file("--redis-tls-key-file", target.tls_key_file)
-    return kwargs
+    return kwargs | _sentinel_kwargs(target)
+
+
+def _sentinel_kwargs(target: RedisConnection) -> dict[str, Any]:
+    if target.sentinel is None:
+        return {}
+    return {
+        "sentinel": SentinelTarget(
+            target.sentinel_addresses(), target.sentinel_master, target.sentinel_auth
+        )
+    }
+
+
+def redis_location(target: RedisConnection) -> str:
+    """Where ``target`` points, for messages, password masked: the URL, or the master name
+    and the sentinels with ``--redis-sentinel``."""
+    if target.sentinel is None:
+        return redacted_url(target.url)
+    return SentinelTarget(target.sentinel_addresses(), target.sentinel_master).describe()
 
 
 def redis_secrets(target: RedisConnection, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -219,8 +356,15 @@ def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
 def describe_redis_error(exc: BaseException, *, client_cert: bool = False) -> str | None:
     """One line naming what a person must fix when ``exc`` comes from bad credentials or a TLS
     failure; ``None`` for anything else (Redis down, a timeout), which is worth retrying."""
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return f"the Redis server is a read-only replica; {READ_ONLY_HINT}"
     if isinstance(exc, redis.AuthenticationError):
         text = " ".join(str(exc).split())
+        if "without any password configured" in text:
+            return (
+                "a password was sent to a Redis (or sentinel) that has none: "
+                f"{_one_line(exc)} (--no-redis-sentinel-auth if only the data nodes have one)"
+            )
         if "invalid username-password pair" in text or "invalid password" in text:
             return "Redis refused the credentials (WRONGPASS: wrong user or password)"
         return f"Redis requires a password (NOAUTH): set --redis-password-file or {PASSWORD_ENV}"
@@ -262,15 +406,37 @@ def check_redis_access(
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
         **connection_kwargs(target, environ),
-    )
+    ) if target.sentinel is None else redis_client(
+        target.url,
+        sentinel_timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        **connection_kwargs(target, environ),
+    )  # fmt: skip
+    where = redis_location(target)
     try:
         client.ping()
+        if target.sentinel is None and not target.cluster and _is_replica(client):
+            raise RedisAccessError(f"{where} is a read-only replica; {READ_ONLY_HINT}")
     except redis.RedisError as exc:
         cause = describe_redis_error(exc, client_cert=bool(target.tls_cert_file))
         if cause is not None:
-            raise RedisAccessError(f"{cause} [{redacted_url(target.url)}]") from None
+            raise RedisAccessError(f"{cause} [{where}]") from None
     finally:
         client.close()
+
+
+def _is_replica(client: redis.Redis) -> bool:
+    """Whether ``client``'s server is a replica (``ROLE``); ``False`` when the user may not
+    run ``ROLE``, leaving the ``READONLY`` replies to say it later."""
+    try:
+        untyped: Any = client  # redis-py leaves execute_command unannotated
+        role: Any = untyped.execute_command("ROLE")
+    except (redis.exceptions.NoPermissionError, redis.ResponseError):
+        return False
+    first = role[0] if role else b""
+    return (first.decode() if isinstance(first, bytes) else str(first)) in ("slave", "replica")
 
 
 class ClusterClient(RedisCluster):
@@ -297,7 +463,14 @@ class ClusterClient(RedisCluster):
             super().close()
 
 
-def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Redis:
+def redis_client(
+    url: str,
+    *,
+    cluster: bool = False,
+    sentinel: SentinelTarget | None = None,
+    sentinel_timeout: float | None = None,
+    **kwargs: Any,
+) -> redis.Redis:
     """A client for ``url``: standalone, or with ``cluster`` a :class:`ClusterClient` that
     reads the cluster's slot map from the URL's node at once (so an unreachable cluster, or a
     node that is not in cluster mode, raises :class:`RedisAccessError` here, one line).
@@ -306,7 +479,15 @@ def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Red
     (key-based ones routed by slot, ``SCAN`` over every primary), which is all the services
     call; the few places that need a particular node use :func:`node_client`. A ``retry`` in
     ``kwargs`` becomes the cluster client's own retry policy (redis-py refuses it per node).
+
+    ``sentinel``: a :class:`SentinelManagedRedis` for the master the sentinels name (the URL's
+    host is ignored); ``sentinel_timeout`` bounds the connect and the reply of each sentinel
+    asked (default: ``socket_connect_timeout``, else 5 s).
     """
+    if sentinel is not None:
+        if cluster:
+            raise SettingsError("choose one of --redis-sentinel and --redis-cluster")
+        return _sentinel_client(url, sentinel, sentinel_timeout, kwargs)
     if not cluster:
         client: redis.Redis = redis.Redis.from_url(url, **kwargs)
         return client
@@ -319,6 +500,45 @@ def redis_client(url: str, *, cluster: bool = False, **kwargs: Any) -> redis.Red
             f"cannot use the Redis Cluster at {redacted_url(url)}: {_one_line(exc)}"
         ) from None
     return cluster_client  # type: ignore[return-value]  # same command API, see the docstring
+
+
+def _sentinel_client(
+    url: str, target: SentinelTarget, timeout: float | None, kwargs: dict[str, Any]
+) -> redis.Redis:
+    """The master's client: the URL's options (db, credentials, TLS) over ``kwargs``, as
+    ``from_url`` would merge them, on a pool that asks the sentinels for the master's address.
+
+    The sentinels are asked without retries (the next sentinel is the retry, and the master
+    pool's own retry policy repeats the whole lookup), with the same TLS and, if
+    ``target.auth``, the same credentials."""
+    if url.startswith("unix://"):
+        raise SettingsError("--redis-sentinel needs a redis:// or rediss:// --redis-url")
+    from_url: Any = parse_url  # redis-py leaves parse_url unannotated
+    options: dict[str, Any] = {**kwargs, **from_url(url)}
+    options.pop("host", None)
+    options.pop("port", None)
+    if options.pop("connection_class", None) is SSLConnection:
+        options["ssl"] = True
+    if timeout is None:
+        timeout = float(kwargs.get("socket_connect_timeout") or 5.0)
+    sentinel_options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    sentinel_options.update(
+        (name, value) for name, value in options.items() if name == "ssl" or name.startswith("ssl_")
+    )
+    if target.auth:
+        sentinel_options.update(
+            (name, options[name]) for name in ("username", "password") if options.get(name)
+        )
+    sentinels: Any = _Sentinels  # redis-py leaves Sentinel unannotated
+    manager = sentinels(list(target.addresses), sentinel_kwargs=sentinel_options)
+    client: redis.Redis = manager.master_for(
+        target.master, redis_class=SentinelManagedRedis, **options
+    )
+    return client
 
 
 def connect(
@@ -359,7 +579,9 @@ def lease_client_for(
     share the margin. ``kwargs`` (credentials, TLS: ``connection_kwargs``) go to
     :func:`lease_client`."""
     margin = timing.lease_duration - timing.renew_deadline  # > 0: LeaseTiming's rule
-    return lease_client(url, timeout=min(2.0, margin / (2.5 * max(1, calls_per_renewal))), **kwargs)
+    # Through sentinels a call may first spend up to one more timeout asking for the master.
+    calls = (3.5 if kwargs.get("sentinel") is not None else 2.5) * max(1, calls_per_renewal)
+    return lease_client(url, timeout=min(2.0, margin / calls), **kwargs)
 
 
 def lease_client(
@@ -372,14 +594,21 @@ def lease_client(
     period, where the renew deadline is checked between attempts. With the defaults (2 s timeout,
     15 s lease, 10 s deadline) a call that started just before the deadline still ends before
     the lease can expire. ``cluster``: a Redis Cluster client (no cluster-level retries either;
-    ``redis_client``). Extra ``kwargs`` go to ``redis.Redis.from_url`` (e.g.
-    ``password``).
+    ``redis_client``). ``sentinel``: the master through sentinels, which are asked with
+    ``timeout / (2 * sentinels)`` each, so the lookup a new connection makes adds at most one
+    ``timeout`` (about ``3 * timeout`` per call). Extra ``kwargs`` go to
+    ``redis.Redis.from_url`` (e.g. ``password``).
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    sentinel: SentinelTarget | None = kwargs.pop("sentinel", None)
     return redis_client(
         url,
         cluster=cluster,
+        sentinel=sentinel,
+        sentinel_timeout=(
+            None if sentinel is None else timeout / (2 * max(1, len(sentinel.addresses)))
+        ),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),

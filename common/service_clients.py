@@ -3,7 +3,8 @@
 A command client for the short calls (publishing, reads, acknowledgements) whose socket timeout
 is generous because none of those calls blocks server-side, and a lease client whose every call
 ends between the renew deadline and the lease expiry (``common.redis_config.lease_client_for``).
-Both get the same credentials, TLS and Cluster mode (``common.redis_config``).
+Both get the same credentials, TLS, Cluster mode and sentinels (``common.redis_config``): with
+``--redis-sentinel`` both follow a failover, the lease client still without retries.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from common.observability import RedactingFilter, configure_logging
 from common.redis_config import (
     check_redis_access,
     command_line_password_warning,
-    redacted_url,
+    redis_location,
     redis_secrets,
 )
 from common.runtime import long_lived_heap_gc
@@ -162,7 +162,7 @@ def prepare_service(settings: ServiceSettings, url_flag: str | None) -> Redactin
 
 
 def _redis_named(settings: ServiceSettings) -> str:
-    return f"Redis {redacted_url(settings.redis.url)}"
+    return f"Redis {redis_location(settings.redis)}"
 
 
 def run_until_signalled(

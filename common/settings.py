@@ -43,6 +43,7 @@ __all__ = [
     "grouped",
     "hostname_identity",
     "load_settings",
+    "parse_sentinel_addresses",
     "require_positive",
     "same_as",
     "settings_from_args",
@@ -122,6 +123,57 @@ class RedisConnection:
         metadata={"help": "Redis is a Redis Cluster: --redis-url names any one of its nodes, "
                   "the others are discovered (shards spread over the primaries)"},
     )  # fmt: skip
+    sentinel: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "Redis Sentinel addresses: clients ask them for the primary of "
+                  "--redis-sentinel-master and follow a failover without a restart; "
+                  "--redis-url then gives only the scheme (rediss:// for TLS to the primary, "
+                  "replicas and sentinels alike) and the db number, its host is ignored",
+                  "metavar": "HOST:PORT[,HOST:PORT...]"},
+    )  # fmt: skip
+    sentinel_master: str = dataclasses.field(
+        default="mymaster",
+        metadata={"help": "the master name the sentinels monitor (with --redis-sentinel)",
+                  "metavar": "NAME"},
+    )  # fmt: skip
+    sentinel_auth: bool = dataclasses.field(
+        default=True,
+        metadata={"help": "log in to the sentinels with the same Redis user and password as "
+                  "the data nodes (--no-redis-sentinel-auth for sentinels without a password)"},
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.sentinel is None:
+            return
+        parse_sentinel_addresses(self.sentinel)
+        if self.cluster:
+            raise SettingsError("choose one of --redis-sentinel and --redis-cluster")
+        if not self.sentinel_master or any(c.isspace() for c in self.sentinel_master):
+            raise SettingsError(f"invalid --redis-sentinel-master {self.sentinel_master!r}")
+        if self.url.startswith("unix://"):
+            raise SettingsError("--redis-sentinel needs a redis:// or rediss:// --redis-url")
+
+    def sentinel_addresses(self) -> tuple[tuple[str, int], ...]:
+        """The ``(host, port)`` of every sentinel; empty without ``--redis-sentinel``."""
+        return () if self.sentinel is None else parse_sentinel_addresses(self.sentinel)
+
+
+def parse_sentinel_addresses(text: str) -> tuple[tuple[str, int], ...]:
+    """``"h1:26379,[::1]:26380"`` -> ``(("h1", 26379), ("::1", 26380))``; raises
+    :class:`SettingsError` naming the first address that is not ``HOST:PORT`` (port 1-65535)."""
+    addresses = []
+    for item in (part.strip() for part in text.split(",")):
+        host, colon, port = item.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise SettingsError(
+                f"--redis-sentinel: {item!r} is not HOST:PORT with a port within 1..65535"
+            )
+        addresses.append((host, int(port)))
+    if len(set(addresses)) != len(addresses):
+        raise SettingsError(f"--redis-sentinel names an address twice: {text}")
+    return tuple(addresses)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,15 @@ class RedisServer:
         """The port to listen on; tests override it to restart a server on the same port."""
         return free_port()
 
+    def command(self, binary: str) -> list[str]:
+        """The command line, run once :attr:`port` is picked; a subclass that needs a config
+        file (a sentinel: ``redis-server FILE --sentinel``) puts it first."""
+        return [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+            "--logfile", str(self.log_path), *self.extra_args,
+        ]  # fmt: skip
+
     def probe_client(self) -> redis.Redis:
         """The client :meth:`start` PINGs until the server answers; a subclass for a server that
         wants TLS or a password says how to reach it."""
@@ -79,11 +88,7 @@ class RedisServer:
             raise RedisServerMissingError(INSTALL_HINT)
         self.port = self._pick_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        command = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-            "--logfile", str(self.log_path), *self.extra_args,
-        ]  # fmt: skip
+        command = self.command(binary)
         self.process = ChildProcess(
             command, name="redis-server", tied=self.die_with_parent, own_process_group=True
         ).start()

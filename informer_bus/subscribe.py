@@ -37,7 +37,7 @@ import redis
 from common.deltas import DeltaType
 from common.keys import Obj
 from common.publication import read_publication
-from common.redis_config import is_cluster, redacted_url, redis_client
+from common.redis_config import SentinelTarget, is_cluster, redacted_url, redis_client
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
 from common.resource_ids import resource_id_from
 from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
@@ -352,7 +352,12 @@ class Subscription(Iterator[SubscribedDelta], Closing):
                 **(connection or {}),
             )
             self._owns_client = True
-            self._where = redacted_url(client_or_url)
+            target = (connection or {}).get("sentinel")
+            self._where = (
+                target.describe()
+                if isinstance(target, SentinelTarget)
+                else redacted_url(client_or_url)
+            )
         else:
             self._client = client_or_url
             self._owns_client = False

@@ -23,7 +23,7 @@ import orjson
 import redis
 
 from common.deltas import DeltaType
-from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.redis_config import connection_kwargs, describe_redis_error, redis_location
 from common.service_runner import fail
 from common.settings import (
     ENV_PREFIX,
@@ -305,7 +305,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
         reason = describe_redis_error(exc) or exc
-        return fail(PROGRAM, f"cannot read {redacted_url(settings.redis.url)}: {reason}")
+        return fail(PROGRAM, f"cannot read {redis_location(settings.redis)}: {reason}")
     # The errors are caught outside the with block: leaving it by an exception is what keeps a
     # durable subscriber from acknowledging the delta it failed to write.
     try:

@@ -143,11 +143,13 @@ class BlockingRead:
         :meth:`interrupt` can ``CLIENT UNBLOCK`` it. No retries: the blocked command is an
         ``XREAD`` that changes nothing, and the worker's loop retries with backoff.
         """
-        if self._blocking_client is not None:
-            return self._blocking_client
         # On a Redis Cluster: the pool of the node serving the stream's slot now, looked up
         # again whenever a failed read (MOVED, a lost node) closed the previous connection.
         pool = node_client(self._client, self._stream).connection_pool
+        if self._blocking_client is not None:
+            if not _left_behind(self._blocking_client, pool):
+                return self._blocking_client
+            self.close()
         kwargs = {
             name: value
             for name, value in pool.connection_kwargs.items()
@@ -180,3 +182,21 @@ class BlockingRead:
             connection_pool=blocking_pool, single_connection_client=True
         )
         return self._blocking_client
+
+
+def _left_behind(client: redis.Redis, pool: redis.ConnectionPool) -> bool:
+    """Whether ``client``'s connection sits on a primary that Sentinel has since replaced.
+
+    Its copy of a sentinel-managed pool's settings asks the sentinels on every (re)connect, but
+    an ``XREAD`` is no write: on a demoted old primary it gets no ``READONLY`` to drop the
+    connection, and would go on reading a replica that ``CLIENT UNBLOCK`` (sent through the
+    command client, to the new primary) cannot reach. Sentinel usually prevents that with a
+    ``CLIENT KILL TYPE normal`` when it demotes the old primary, but not where ``CLIENT`` is
+    renamed away (a common hardening). The command client's pool learns the new address on its
+    first reconnect; a plain pool has no ``master_address`` and never says so.
+    """
+    master = getattr(pool, "master_address", None)
+    connection: Any = client.connection
+    if master is None or connection is None or connection._sock is None:
+        return False
+    return (connection.host, connection.port) != tuple(master)

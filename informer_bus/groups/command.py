@@ -17,7 +17,7 @@ from typing import Final
 import orjson
 import redis
 
-from common.redis_config import redacted_url
+from common.redis_config import redis_location
 from common.redis_layout import PROCESSOR_GROUP, check_group_name
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         client = snapshot_client(settings)
     except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, one_line(exc))
-    where = redacted_url(settings.redis.url)
+    where = redis_location(settings.redis)
     try:
         if name is None:
             return _list(client, settings, resource, where)

@@ -15,7 +15,7 @@ from typing import Final
 
 import redis
 
-from common.redis_config import connection_kwargs, describe_redis_error, redacted_url
+from common.redis_config import connection_kwargs, describe_redis_error, redis_location
 from common.resource_ids import resource_id_from
 from common.service_runner import fail
 from common.settings import (
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         client = snapshot_client(settings)
     except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, one_line(exc))
-    where = redacted_url(settings.redis.url)
+    where = redis_location(settings.redis)
     try:
         discovered = discover(client, settings.prefix)
         found = discovered.resources
