@@ -29,14 +29,12 @@ _TOKEN = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 
-_KEYWORDS = frozenset(
-    "and or unless by without on ignoring group_left group_right bool offset inf nan".split()
-)
-_LABEL_LISTS = frozenset("by without on ignoring group_left group_right".split())
-_AGGREGATIONS = frozenset(
-    "sum min max avg group stddev stdvar count count_values bottomk topk quantile limitk "
-    "limit_ratio".split()
-)
+_LABEL_LISTS = frozenset(("by", "without", "on", "ignoring", "group_left", "group_right"))
+_KEYWORDS = _LABEL_LISTS | {"and", "or", "unless", "bool", "offset"}
+_AGGREGATIONS = frozenset((
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
+    "topk", "quantile", "limitk", "limit_ratio",
+))  # fmt: skip
 
 
 def _tokens(expr: str) -> list[tuple[str, str]]:
@@ -75,7 +73,7 @@ def metric_names(expr: str) -> set[str]:
                     index += 1
                 index += 1
             continue
-        if text in _KEYWORDS or text.lower() in ("inf", "nan"):
+        if text in _KEYWORDS or text.lower() in ("inf", "nan"):  # Inf, NaN in any case
             continue
         if following == ("open", "("):  # a function or an aggregation's argument list
             continue

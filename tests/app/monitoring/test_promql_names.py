@@ -16,7 +16,7 @@ from tests.support.promql_names import metric_names
         ('informer_bus_reflector_leader{resource=~"$resource"}', {"informer_bus_reflector_leader"}),
         ("rate(a_total[5m])", {"a_total"}),
         ("rate(a_total{x='}'}[$__rate_interval])", {"a_total"}),
-        ("sum by (resource, le) (rate(h_bucket{q=\"a{b}[c]\"}[1m]))", {"h_bucket"}),
+        ('sum by (resource, le) (rate(h_bucket{q="a{b}[c]"}[1m]))', {"h_bucket"}),
         ("sum(rate(h_bucket[1m])) by (le, handler)", {"h_bucket"}),
         ("histogram_quantile(0.99, sum without (instance) (rate(h_bucket[5m])))", {"h_bucket"}),
         ("max by (resource, group) (a) - sum by (resource, group) (b) > 0", {"a", "b"}),
