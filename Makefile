@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server help demo chaos soak soak-short
+.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
-	@echo "make test    - install (venv, .[dev], redis-server) then lint, typecheck, layers, pytest"
+	@echo "make test    - install (venv, .[dev], redis-server, prometheus) then lint, typecheck, layers, pytest"
 	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
 	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) redis-server
+install: $(STAMP) redis-server prometheus
 
 # Tests start their own redis-server on a free port; the binary must exist.
 redis-server:
@@ -37,6 +37,18 @@ redis-server:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	else \
 		echo "redis-server is not installed: install it (e.g. 'sudo apt-get install redis-server') and re-run make test" >&2; \
+		exit 1; \
+	fi
+
+# tests/app/monitoring runs a real Prometheus against the dashboard and alert rules (deploy/);
+# promtool ships in the same Debian package. --no-install-recommends: no node-exporter service.
+prometheus:
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "prometheus missing: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "prometheus is not installed: install it (e.g. 'sudo apt-get install prometheus') and re-run make test" >&2; \
 		exit 1; \
 	fi
 

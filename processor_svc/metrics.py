@@ -54,6 +54,8 @@ _HELP: Final = {
     "move_waits_expired": "moves between two shards of this process whose incoming half gave "
     "up waiting for the outgoing half (10 s): the object was briefly in both",
     "owned_shards": "shards this processor owns",
+    "shard_count": "shards of each co-sharded resource (--shard-count): the group's members' "
+    "owned_shards should add up to it",
     "rebalances": "assignment changes that moved shards to or from this processor",
 }
 """Each series' help text, by its name after ``informer_bus_processor_``."""
@@ -103,8 +105,15 @@ class ProcessorMetrics:
         self.resyncs = counter("resyncs", "handler")
         # --- per processor (set by the service) --------------------------------------------
         self.owned_shards = gauge("owned_shards")
+        self.shard_count = gauge("shard_count")
         self.move_waits_expired = counter("move_waits_expired")
         self.rebalances = counter("rebalances")
+
+    def add_co_sharded(self, resource: str, shard_count: int) -> None:
+        """Report the resource's shard count, and ``owned_shards`` 0 until a shard is taken:
+        "shards nobody owns" is then a comparison of two series that exist from the start."""
+        self.shard_count.labels(resource, self.group).set(shard_count)
+        self.owned_shards.labels(resource, self.group).set(0)
 
     def forget_shard(self, resource: str, shard: int) -> None:
         """Drop the shard's gauges (its worker ended: the shard may be someone else's now)."""

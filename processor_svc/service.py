@@ -100,6 +100,8 @@ class ProcessorService:
         self.metrics = ProcessorMetrics(self.registry, settings.group)
         self.member_id = unique_holder(settings.member_id)
         self._plan(extra_handlers)
+        for resource in self.plan.co_sharded:
+            self.metrics.add_co_sharded(resource, settings.shard_count)
         # Blocking stream reads get their own connections inside the workers (socket timeout
         # above the BLOCK time); this client serves the short commands. A renewal renews one
         # lease per co-sharded resource.

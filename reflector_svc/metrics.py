@@ -86,6 +86,19 @@ class ReflectorMetrics:
             "informer_bus_reflector_synced", "1 once the resource's shards are synced"
         )
 
+    def add_resource(self, resource: str) -> None:
+        """Create the resource's unlabelled-by-anything-else series at 0 before anything
+        happens: a standby then reports ``leader 0`` (so "no replica leads" is visible instead
+        of an absent series), and a counter's first increment is a rise ``rate()`` and
+        ``increase()`` see (a series born at 1 looks unchanged to Prometheus)."""
+        for metric in (self.leader, self.synced):
+            metric.labels(resource=resource).set(0)
+        for counter in (
+            self.lists, self.relists, self.expired, self.deltas_skipped, self.moves,
+            self.trimmed,
+        ):  # fmt: skip
+            counter.labels(resource=resource)
+
 
 class _PerResource:
     """Builds metrics on one registry, each labelled ``resource`` first (then ``labels``)."""

@@ -117,6 +117,7 @@ class ReflectorService:
             transform=transform,
             layout=layout,
         )
+        self.metrics.add_resource(resource_id)
         return _ResourceRunner(resolved=resolved, reflector=reflector, publisher=publisher)
 
     # --- lifecycle ------------------------------------------------------------------------
