@@ -137,7 +137,7 @@ async function main() {
     return await consume(redis, options, () => stopping);
   } catch (error) {
     if (stopping) return 0;
-    process.stderr.write(`${PROGRAM}: error: Redis: ${error.message}\n`);
+    process.stderr.write(`${PROGRAM}: error: Redis at ${options.redisUrl.replace(/\/\/[^@/]*@/, "//***@")}: ${error.message}\n`);
     return 1;
   } finally {
     redis.disconnect();
