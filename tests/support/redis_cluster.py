@@ -195,7 +195,7 @@ class LocalRedisCluster:
     def _ask(node: ClusterNode, *command: str) -> str:
         client = node.client()
         try:
-            reply = client.execute_command(*command)
+            reply = client.execute_command(*command)  # type: ignore[no-untyped-call]
         finally:
             client.close()
         return reply.decode() if isinstance(reply, bytes) else str(reply)
@@ -238,27 +238,20 @@ class LocalRedisCluster:
     def promoted_instead_of(
         self, old: ClusterNode, replicas: list[ClusterNode], *, exclude: tuple[ClusterNode, ...]
     ) -> ClusterNode | None:
-        """One of ``replicas`` once it is a primary with slots in the view of every reachable
-        node but those in ``exclude`` (and they all report ``cluster_state:ok``); else
+        """One of ``replicas`` once every reachable node but ``old`` and those in ``exclude``
+        reports ``cluster_state:ok`` and sees that replica as a primary with slots; else
         ``None``."""
+        candidates = {r.address for r in replicas}
+        seen: set[str] | None = None
         try:
-            asked = list(self.live_nodes(exclude + (old,)))
-            promoted: set[str] = set()
-            for node in asked:
+            for node in self.live_nodes((*exclude, old)):
                 if not self.state_ok(node):
                     return None
-                promoted |= {
-                    v.address for v in self.view(node)
-                    if v.is_primary and v.slots and v.address in {r.address for r in replicas}
-                }  # fmt: skip
+                here = {v.address for v in self.view(node)
+                        if v.is_primary and v.slots and v.address in candidates}  # fmt: skip
+                seen = here if seen is None else seen & here
         except redis.RedisError:
             return None
-        if len(promoted) != 1:
+        if seen is None or len(seen) != 1:
             return None
-        new = self.node_at(promoted.pop())
-        views = [self.view(node) for node in asked]
-        agreed = all(
-            any(v.address == new.address and v.is_primary and v.slots for v in view)
-            for view in views
-        )
-        return new if agreed else None
+        return self.node_at(seen.pop())
