@@ -130,7 +130,7 @@ def run(scenario: Scenario, workdir: Path | None = None) -> Result:
             _exercise(pipeline, result)
         finally:
             result.logs = {p.log_path.name: p.log() for p in pipeline.components()}
-            result.logs["redis.log"] = _read(workdir / "redis" / "redis.log")
+            result.logs.update(pipeline.redis.logs())
         return result
 
 
