@@ -17,6 +17,8 @@ import pytest
 from bench.chaos.catalogue import HA_SHORT, Scenario
 from bench.chaos.scenarios import Result, run
 
+pytestmark = pytest.mark.timeout(180)  # a failover on a loaded machine: bounded waits of 60 s
+
 PUBLISH_REPLY_BUG = "TypeError: 'ConnectionError' object is not subscriptable"
 """reflector_svc/publisher.py (``_run``) re-raises a shard's ``ResponseError`` from the
 pipeline's replies but not a ``ConnectionError``, which redis-py's cluster pipeline also returns
