@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos soak soak-short
+.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos ha soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
 	@echo "make bench-co-sharding - a co-sharded processor's CPU per event beside a single-resource one, and a shard group's takeover (CO_ARGS=--quick)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
+	@echo "make ha      - failover faults on a Redis Cluster with replicas (about 1 min); the same table"
 	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
 	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"
 	@echo "make clean   - remove the venv and caches"
@@ -100,6 +101,12 @@ bench-co-sharding: install
 # docs/reliability.md has the results.
 chaos: install
 	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
+
+# Issue 17: the same checks on production Redis topologies (a cluster of 3 primaries with one
+# replica each): a primary killed with -9, a primary frozen with the reflector leader (split
+# brain). The short ones run in `make test` (tests/pipeline/test_chaos_ha.py); redis-cli needed.
+ha: install
+	$(BIN)/python -m bench.chaos --ha $(CHAOS_ARGS)
 
 # Churn through the whole pipeline with processor p2 restarted every 10 s (SIGTERM / kill -9):
 # RSS per process, lag and losses (bench/soak). `make test` runs an 18 s version at 500/s.

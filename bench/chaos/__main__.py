@@ -1,7 +1,8 @@
 """``python -m bench.chaos``: run the fault scenarios and print issue 7's table.
 
 Runs the full versions (``make chaos``; about ten minutes on 2 cores) or, with ``--short``,
-the ones ``make test`` runs. Exits 1 when a scenario broke a promise, after printing what.
+the ones ``make test`` runs. ``--ha``: the faults of production Redis topologies instead (a
+cluster with replicas; ``make ha``). Exits 1 when a scenario broke a promise, after printing what.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-from bench.chaos.catalogue import FULL, SHORT
+from bench.chaos.catalogue import FULL, HA, HA_SHORT, SHORT
 from bench.chaos.scenarios import Result, run, table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
     parser.add_argument("--short", action="store_true", help="run the short versions")
+    parser.add_argument(
+        "--ha", action="store_true",
+        help="run the primary failover faults on a Redis Cluster with replicas (make ha)",
+    )  # fmt: skip
     parser.add_argument(
         "--only", metavar="TEXT", help="run only the scenarios whose name contains TEXT"
     )
@@ -26,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         help="keep every scenario's logs and recorded handler calls under DIR",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    scenarios = [s for s in (SHORT if args.short else FULL) if not args.only or args.only in s.name]
+    chosen = (HA_SHORT if args.short else HA) if args.ha else (SHORT if args.short else FULL)
+    scenarios = [s for s in chosen if not args.only or args.only in s.name]
     if not scenarios:
         parser.error(f"no scenario name contains {args.only!r}")
     results: list[Result] = []

@@ -1,6 +1,7 @@
-"""The fault scenarios, as data: what ``make test`` runs (:data:`SHORT`) and what ``make chaos``
-runs (:data:`FULL`), each a fault name of :mod:`bench.chaos.faults` with its downtime, timings
-and sizes. :mod:`bench.chaos.scenarios` runs them.
+"""The fault scenarios, as data: what ``make test`` runs (:data:`SHORT`, :data:`HA_SHORT`), what
+``make chaos`` runs (:data:`FULL`) and what ``make ha`` runs (:data:`HA`, production Redis
+topologies), each a fault name of :mod:`bench.chaos.faults` with its downtime, timings, sizes
+and the Redis topology (:mod:`bench.chaos.topologies`). :mod:`bench.chaos.scenarios` runs them.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Scenario:
     """How many reflector replicas run (the second one is a standby)."""
     reflector_flags: tuple[tuple[str, object], ...] = ()
     """Extra reflector settings by field name, e.g. ``(("inactivity_timeout", 1.0),)``."""
+    topology: str = "single"
+    """The Redis it runs on: a name in ``bench.chaos.topologies.TOPOLOGIES``."""
     slow_list: float = 0.0
     """Seconds the simulator waits before answering each request until the fault ends: a list
     of many small pages then takes seconds."""
@@ -111,3 +114,21 @@ FULL = (
     Scenario("api server restart (3 s refused, state kept)", "api-restart", 3.0, pods=1000),
 )  # fmt: skip
 """What ``make chaos`` runs (``python -m bench.chaos``)."""
+
+HA = (
+    Scenario("cluster (3+3 replicas): primary of shard 0 kill -9 under churn", "primary-kill",
+             5.0, pods=1000, topology="cluster-replicas"),
+    Scenario("cluster (3+3 replicas): primary of shard 0 + reflector leader SIGSTOP 6 s",
+             "primary-pause", 6.0, pods=1000, reflectors=2, topology="cluster-replicas"),
+    # Sentinel (topology="sentinel", tests/support/redis_topologies.py): the same two faults,
+    # the primary killed / paused, a sentinel promoting its replica.
+)  # fmt: skip
+"""What ``make ha`` runs (``python -m bench.chaos --ha``)."""
+
+HA_SHORT = (
+    Scenario("cluster (3+3 replicas): primary kill -9", "primary-kill", 3.0, warmup=1.0,
+             topology="cluster-replicas"),
+    Scenario("cluster (3+3 replicas): primary + reflector leader SIGSTOP", "primary-pause",
+             4.0, warmup=1.0, reflectors=2, topology="cluster-replicas"),
+)  # fmt: skip
+"""What ``make test`` runs of them (tests/pipeline/test_chaos_ha.py)."""

@@ -1,19 +1,20 @@
 """The pipeline a scenario runs, as real processes: the simulator (in this process: it is the
-ground truth), a private redis-server pinned to its port (so a restart comes back where the
-clients look), one or two reflectors and two processors, and how to read their state.
+ground truth), a private Redis of the scenario's topology (:mod:`bench.chaos.topologies`: one
+redis-server pinned to its port, or a cluster with replicas), one or two reflectors and two
+processors, and how to read their state.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from bench.chaos.catalogue import Scenario
-from informer_bus import local_redis
+from bench.chaos.topologies import TOPOLOGIES, RedisTopology
 from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from tests.processor.ha.conftest import (
     Call,
@@ -37,16 +38,15 @@ PROCESSORS = ("p1", "p2")
 REFLECTORS = ("reflector", "reflector-b")
 
 
-class _PinnedRedis(local_redis.RedisServer):
-    """A redis-server that always comes back on the port it was given."""
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
+"""What a check may get while Redis fails over (redis-py's cluster errors are not all
+``RedisError``s)."""
 
-    def __init__(self, workdir: Path, port: int, *, aof: bool, appendfsync: str) -> None:
-        persistence = ("--appendonly", "yes", "--appendfsync", appendfsync) if aof else ()
-        super().__init__(workdir, *persistence)
-        self._pinned = port
 
-    def _pick_port(self) -> int:
-        return self._pinned
+def _without_redis_url(args: list[str]) -> list[str]:
+    """``args`` without ``--redis-url VALUE``: the topology's own flags replace it."""
+    at = args.index("--redis-url")
+    return args[:at] + args[at + 2 :]
 
 
 class ChaosPipeline:
@@ -56,11 +56,11 @@ class ChaosPipeline:
         self.stack = stack
         self.scenario = scenario
         self.workdir = workdir
-        self.port = local_redis.free_port()
-        self.redis = self._start_redis()
-        stack.callback(self._stop_redis)
-        self.client = redis.Redis.from_url(self.redis.url, socket_timeout=2)
-        stack.callback(self.client.close)
+        self.redis: RedisTopology = TOPOLOGIES[scenario.topology](workdir, scenario)
+        stack.callback(self.redis.stop)
+        self.redis.start()
+        self.client = self.redis.client()
+        stack.callback(self._close_client)  # the current one: _reconnect replaces it
         self.bus = Bus(self.client, "pods", shard_count=SHARDS)
         self.sim = stack.enter_context(
             Simulator(SimulatorSettings(bookmark_interval=0.1, too_large_wait=0.2))
@@ -75,19 +75,6 @@ class ChaosPipeline:
 
     # --- components ----------------------------------------------------------------------
 
-    def _start_redis(self) -> _PinnedRedis:
-        scenario = self.scenario
-        server = _PinnedRedis(
-            self.workdir / "redis", self.port, aof=scenario.aof, appendfsync=scenario.appendfsync
-        )
-        server.start()
-        return server
-
-    def _stop_redis(self) -> None:
-        if self.redis.process is not None and self.redis.process.poll() is None:
-            self.redis.process.send_signal(signal.SIGCONT)  # a hung Redis must stop too
-        self.redis.stop()
-
     def _reflector(self, identity: str) -> ReflectorProcess:
         t = self.scenario.timings
         flags = reflector_flags(
@@ -95,6 +82,7 @@ class ChaosPipeline:
             renew_deadline=t.renew, retry_period=t.retry, backoff_max=t.backoff_max,
             identity=identity, **dict(self.scenario.reflector_flags),
         )  # fmt: skip
+        flags = _without_redis_url(flags) + self.redis.service_flags()
         process = ReflectorProcess(flags, self.workdir / f"{identity}.log")
         self.stack.callback(process.close)
         return process
@@ -106,7 +94,8 @@ class ChaosPipeline:
             renew_deadline=t.renew, retry_period=t.retry, heartbeat_interval=t.heartbeat,
             member_ttl=t.member_ttl,
         )  # fmt: skip
-        args: list[str] = []
+        del settings["redis_url"]
+        args = self.redis.service_flags()
         for name, value in settings.items():
             args += ["--" + name.replace("_", "-"), value]
         env = {"IB_RECORD_FILE": str(self.workdir / f"{member}.jsonl"), "IB_MEMBER": member}
@@ -180,14 +169,25 @@ class ChaosPipeline:
                 gaps.append(f"stores differ from the ground truth: {wrong[:5]}")
         return gaps
 
+    def _close_client(self) -> None:
+        self.client.close()
+
+    def _reconnect(self) -> None:
+        """A new command client for the checks. redis-py's cluster client was once seen still
+        routing to a killed primary a minute after its replica took over (a slot map read
+        mid-failover); the checks must measure the services, not that."""
+        self.client.close()
+        self.client = self.bus.client = self.redis.client()
+
     def recovered(self) -> bool:
         try:
             return not self._recovery_gaps()
-        except redis.RedisError:
+        except REDIS_ERRORS:
+            self._reconnect()
             return False
 
     def why_not_recovered(self) -> str:
         try:
             return "; ".join(self._recovery_gaps())
-        except redis.RedisError as error:
+        except REDIS_ERRORS as error:
             return f"Redis: {error!r}"

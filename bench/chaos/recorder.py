@@ -9,8 +9,9 @@ new owner had started, and its late lease read named that new owner. Neither is 
 sees.
 
 :class:`OutageRecorder` tries the read once (with a short timeout) and, when Redis does not
-answer, records the call at once with what it last observed for that shard as this process's
-own lease (``lease_read`` false), and with ``unread_since``: when the reads started failing.
+answer (or a cluster fails over: ``CLUSTERDOWN``, a slot not covered yet), records the call at
+once with what it last observed for that shard as this process's own lease (``lease_read``
+false), and with ``unread_since``: when the reads started failing.
 What it cannot observe it does not claim; what follows from it is still checked
 (``tests.processor.ha.conftest.ownership_problems``): a processor stops calling handlers for a
 shard at its renew deadline, which comes at the latest ``renew_deadline`` seconds after Redis
@@ -25,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
+from common.redis_config import redis_client
 from tests.support.recording_handler import FileRecorder
 
 __all__ = ["OutageRecorder"]
@@ -40,8 +43,9 @@ class OutageRecorder(FileRecorder):
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._redis.close()
-        self._redis = redis.Redis.from_url(
+        self._redis = redis_client(
             context.settings.redis.url,
+            cluster=context.settings.redis.cluster,
             socket_timeout=_READ_TIMEOUT,
             socket_connect_timeout=_READ_TIMEOUT,
         )
@@ -51,7 +55,8 @@ class OutageRecorder(FileRecorder):
     def _lease(self, shard: int, now: float) -> tuple[str | None, int | None, float | None]:
         try:
             holder, epoch, _ = super()._lease(shard, now)
-        except (redis.ConnectionError, redis.TimeoutError):
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError,
+                RedisClusterException):  # fmt: skip
             if self._failing_since is None:
                 self._failing_since = now
             own = self._last_own.get(shard)

@@ -1,7 +1,8 @@
 """Faults under churn, against the whole pipeline as real processes (issue 7, point 1).
 
 A scenario runs the API server simulator (in this process: it is the ground truth) with steady
-churn, a private AOF-backed ``redis-server`` on a fixed port, one or two reflectors and two
+churn, a private Redis (:mod:`bench.chaos.topologies`: an AOF-backed ``redis-server`` on a
+fixed port, or a cluster with replicas), one or two reflectors and two
 processors as child processes (the processors record every handler call with
 :class:`bench.chaos.recorder.OutageRecorder`). Mid-churn it injects one fault (``fault``):
 
@@ -16,6 +17,12 @@ Reflectors (two of them: a leader and a standby)
     paginated list of many pods). ``reflector-kill-burst``: kill -9 the leader during the churn.
     ``reflector-pause``: SIGSTOP the leader for ``downtime`` seconds, past its lease, then
     SIGCONT: the standby leads by then, and not one write of the old leader may be accepted.
+Redis failover (topology ``cluster-replicas``: 3 primaries with one replica each, ``make ha``)
+    ``primary-kill``: kill -9 the primary serving shard 0; its replica must be promoted.
+    ``primary-pause``: SIGSTOP the reflector leader, then that primary, until the replica was
+    promoted and the standby leads; SIGCONT both. The old primary accepts writes until it learns
+    it was replaced (split brain); what it accepted must be harmless (discarded by its resync)
+    and the old leader must step down.
 Processors
     ``processor-kills``: kill -9 a processor three times, ``downtime`` seconds apart, starting a
     replacement (a new member) each time.
@@ -130,7 +137,7 @@ def run(scenario: Scenario, workdir: Path | None = None) -> Result:
             _exercise(pipeline, result)
         finally:
             result.logs = {p.log_path.name: p.log() for p in pipeline.components()}
-            result.logs["redis.log"] = _read(workdir / "redis" / "redis.log")
+            result.logs.update(pipeline.redis.logs())
         return result
 
 
