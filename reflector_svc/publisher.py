@@ -52,7 +52,7 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout, write_layout
@@ -521,7 +521,10 @@ class ShardPublisher:
             call, reply = fenced[0]
             raise FencedError(call.shard, int(call.args[0]), int(reply[1]))
         for call, reply in zip(calls, replies, strict=True):
-            if isinstance(reply, ResponseError):
+            # Any error in place of a reply: a script's ResponseError, or the ConnectionError a
+            # Cluster pipeline leaves there for a node that died mid-batch (raised as if the
+            # whole pipeline had failed, which the caller retries).
+            if isinstance(reply, BaseException):
                 reply.add_note(f"while writing shard {call.shard} of {self.resource}")
                 raise reply
         return replies

@@ -120,8 +120,10 @@ HA = (
              5.0, pods=1000, topology="cluster-replicas"),
     Scenario("cluster (3+3 replicas): primary of shard 0 + reflector leader SIGSTOP 6 s",
              "primary-pause", 6.0, pods=1000, reflectors=2, topology="cluster-replicas"),
-    # Sentinel (topology="sentinel", tests/support/redis_topologies.py): the same two faults,
-    # the primary killed / paused, a sentinel promoting its replica.
+    Scenario("sentinel (primary + 2 replicas): primary kill -9 under churn", "primary-kill",
+             5.0, pods=1000, topology="sentinel"),
+    Scenario("sentinel (primary + 2 replicas): primary + reflector leader SIGSTOP 6 s",
+             "primary-pause", 6.0, pods=1000, reflectors=2, topology="sentinel"),
 )  # fmt: skip
 """What ``make ha`` runs (``python -m bench.chaos --ha``)."""
 
@@ -130,5 +132,9 @@ HA_SHORT = (
              topology="cluster-replicas"),
     Scenario("cluster (3+3 replicas): primary + reflector leader SIGSTOP", "primary-pause",
              4.0, warmup=1.0, reflectors=2, topology="cluster-replicas"),
+    Scenario("sentinel (primary + 2 replicas): primary kill -9", "primary-kill", 3.0,
+             warmup=1.0, topology="sentinel"),
+    Scenario("sentinel (primary + 2 replicas): primary + reflector leader SIGSTOP",
+             "primary-pause", 4.0, warmup=1.0, reflectors=2, topology="sentinel"),
 )  # fmt: skip
 """What ``make test`` runs of them (tests/pipeline/test_chaos_ha.py)."""

@@ -172,7 +172,7 @@ class ChaosPipeline:
     def _close_client(self) -> None:
         self.client.close()
 
-    def _reconnect(self) -> None:
+    def reconnect(self) -> None:
         """A new command client for the checks. redis-py's cluster client was once seen still
         routing to a killed primary a minute after its replica took over (a slot map read
         mid-failover); the checks must measure the services, not that."""
@@ -183,7 +183,7 @@ class ChaosPipeline:
         try:
             return not self._recovery_gaps()
         except REDIS_ERRORS:
-            self._reconnect()
+            self.reconnect()
             return False
 
     def why_not_recovered(self) -> str:

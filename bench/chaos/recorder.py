@@ -27,8 +27,9 @@ from typing import Any
 
 import redis
 from redis.exceptions import RedisClusterException
+from redis.sentinel import MasterNotFoundError
 
-from common.redis_config import redis_client
+from common.redis_config import connect
 from tests.support.recording_handler import FileRecorder
 
 __all__ = ["OutageRecorder"]
@@ -43,9 +44,8 @@ class OutageRecorder(FileRecorder):
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._redis.close()
-        self._redis = redis_client(
-            context.settings.redis.url,
-            cluster=context.settings.redis.cluster,
+        self._redis = connect(  # standalone, cluster or through sentinels, as the processor
+            context.settings.redis,
             socket_timeout=_READ_TIMEOUT,
             socket_connect_timeout=_READ_TIMEOUT,
         )
@@ -56,7 +56,7 @@ class OutageRecorder(FileRecorder):
         try:
             holder, epoch, _ = super()._lease(shard, now)
         except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError,
-                RedisClusterException):  # fmt: skip
+                RedisClusterException, MasterNotFoundError):  # fmt: skip
             if self._failing_since is None:
                 self._failing_since = now
             own = self._last_own.get(shard)

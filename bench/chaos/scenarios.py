@@ -61,7 +61,7 @@ from pathlib import Path
 
 from bench.chaos.catalogue import Scenario
 from bench.chaos.faults import FAULTS
-from bench.chaos.processes import ChaosPipeline
+from bench.chaos.processes import REDIS_ERRORS, ChaosPipeline
 from bench.markdown_table import markdown_rows
 from tests.processor.ha.conftest import (
     Call,
@@ -182,7 +182,14 @@ def _exercise(pipeline: ChaosPipeline, result: Result) -> None:
         except AssertionError as error:
             result.problems.append(f"after the recovery: {error}")
 
-    _check(pipeline, result, before_fault, initial_adds_before)
+    for attempt in range(3):  # the checks read Redis before they record anything
+        try:
+            _check(pipeline, result, before_fault, initial_adds_before)
+            break
+        except REDIS_ERRORS:
+            if attempt == 2:
+                raise
+            pipeline.reconnect()  # the checks' client, not a service, lost its way
     result.problems += [f"fault: {problem}" for problem in fault.verify()]
     result.notes += fault.notes
     # Still the same processes: nothing exited or was restarted but what the fault killed.

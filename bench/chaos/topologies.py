@@ -5,8 +5,12 @@ the clients look (every scenario of ``make chaos``). ``cluster-replicas``: a Red
 primaries with one replica each and a short ``cluster-node-timeout``, so killing or freezing a
 primary promotes its replica within a few seconds (``make ha``).
 
-A new topology (Sentinel: a primary, replicas and three sentinels) is one class with these
-methods and one line in :data:`TOPOLOGIES`; the faults and checks use nothing else.
+``sentinel``: a primary, two replicas and three sentinels (down-after 1 s), the services
+connecting through the sentinels (``--redis-sentinel``), so a killed or frozen primary is
+replaced by a promoted replica and every client follows it.
+
+A new topology is one class with these methods and one line in :data:`TOPOLOGIES`; the faults
+and checks use nothing else.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from typing import Protocol
 
 import redis
 
-from common.redis_config import redis_client
+from common.redis_config import connect, redis_client
+from common.settings import RedisConnection
 from informer_bus import local_redis
 from tests.support.redis_cluster import ClusterNode, LocalRedisCluster
+from tests.support.redis_topologies import SentinelGroup
 from tests.support.waiting import wait_until
 
-__all__ = ["TOPOLOGIES", "ClusterReplicas", "RedisTopology", "SingleRedis"]
+__all__ = ["TOPOLOGIES", "ClusterReplicas", "RedisTopology", "SentinelReplicas", "SingleRedis"]
 
 
 class RedisTopology(Protocol):
@@ -276,6 +282,118 @@ class ClusterReplicas:
         }
 
 
+class SentinelReplicas:
+    """A primary with two replicas and three sentinels; the services and checks connect
+    through the sentinels. No persistence: the replicas hold the data, and without ``WAIT``
+    a primary killed right after acknowledging a write may take it along."""
+
+    replicas = 2
+
+    def __init__(self, workdir: Path) -> None:
+        self.group = SentinelGroup(workdir / "redis", replicas=self.replicas)
+        self.description = f"Sentinel, a primary + {self.replicas} replicas, 3 sentinels, " \
+                           f"down-after {self.group.down_after_ms} ms"  # fmt: skip
+        self._struck: local_redis.RedisServer | None = None
+        self._struck_address: tuple[str, int] | None = None
+        self._paused = False
+
+    @property
+    def url(self) -> str:
+        return "redis://127.0.0.1/0"  # with --redis-sentinel only the scheme and db count
+
+    def _connection(self) -> RedisConnection:
+        return RedisConnection(url=self.url, sentinel=self.group.sentinel_addresses)
+
+    def service_flags(self) -> list[str]:
+        target = self._connection()
+        return ["--redis-url", target.url, "--redis-sentinel", self.group.sentinel_addresses,
+                "--redis-sentinel-master", target.sentinel_master]  # fmt: skip
+
+    def client(self) -> redis.Redis:
+        return connect(self._connection(), socket_timeout=2, socket_connect_timeout=2)
+
+    def start(self) -> None:
+        self.group.start()
+
+    def stop(self) -> None:
+        self.group.stop()  # continues a frozen node first
+
+    def _strike(self, how: Callable[[local_redis.RedisServer], None]) -> str:
+        address = self.group.master_address()
+        node = self.group.node_at(address[1])
+        self._struck, self._struck_address = node, address
+        how(node)
+        return f"primary :{address[1]}"
+
+    def kill_primary(self, key: str) -> str:
+        def kill(node: local_redis.RedisServer) -> None:
+            assert node.process is not None
+            node.process.kill()
+            node.process.wait(10)
+
+        return self._strike(kill)
+
+    def restart_killed(self) -> None:
+        assert self._struck is not None
+        self._struck.start()
+
+    def pause_primary(self, key: str) -> str:
+        self._paused = True
+        return self._strike(lambda node: self._signal(node, signal.SIGSTOP))
+
+    @staticmethod
+    def _signal(node: local_redis.RedisServer, number: signal.Signals) -> None:
+        assert node.process is not None
+        node.process.send_signal(number)
+
+    def resume_primary(self) -> None:
+        assert self._struck is not None
+        self._signal(self._struck, signal.SIGCONT)
+        self._paused = False
+
+    def wait_promoted(self, timeout: float) -> str:
+        assert self._struck_address is not None
+        started = time.monotonic()
+        host, port = self.group.wait_for_new_primary(self._struck_address, timeout)
+        return f"{host}:{port} after {time.monotonic() - started:.1f} s"
+
+    def demoted(self) -> bool:
+        """Whether the struck primary (reachable again) now replicates another node."""
+        assert self._struck is not None
+        client = redis.Redis(port=self._struck.port, socket_timeout=2)
+        try:
+            role = client.execute_command("ROLE")
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return bool(role) and role[0] in (b"slave", "slave")
+
+    def roles(self) -> str:
+        parts = []
+        for node in self.group.data_nodes:
+            if node.process is None or not node.process.running:
+                parts.append(f"{node.port} down")
+                continue
+            if self._paused and node is self._struck:
+                parts.append(f"{node.port} frozen")
+                continue
+            client = redis.Redis(port=node.port, socket_timeout=2)
+            try:
+                role = client.execute_command("ROLE")
+                name = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
+                parts.append(f"{node.port} {'primary' if name == 'master' else 'replica'}")
+            except redis.RedisError:
+                parts.append(f"{node.port} not answering")
+            finally:
+                client.close()
+        return ", ".join(parts)
+
+    def logs(self) -> dict[str, str]:
+        servers = [*self.group.data_nodes, *self.group.sentinels]
+        return {f"{server.workdir.name}.log": _read(server.log_path) for server in servers}
+
+
 TopologyFactory = Callable[[Path, "TopologyOptions"], RedisTopology]
 
 
@@ -292,6 +410,6 @@ class TopologyOptions(Protocol):
 TOPOLOGIES: dict[str, TopologyFactory] = {
     "single": lambda workdir, s: SingleRedis(workdir, aof=s.aof, appendfsync=s.appendfsync),
     "cluster-replicas": lambda workdir, s: ClusterReplicas(workdir),
-    # "sentinel": a primary, replicas and three sentinels (tests/support/redis_topologies.py).
+    "sentinel": lambda workdir, s: SentinelReplicas(workdir),
 }
 """``Scenario.topology`` -> how to build it."""
