@@ -11,7 +11,6 @@ of times (retries with backoff, not a spin).
 from __future__ import annotations
 
 import time
-
 from pathlib import Path
 
 import pytest
