@@ -111,6 +111,9 @@ class ReplicaSet:
             client.close()
 
     def stop(self) -> None:
+        """Stop whatever :meth:`start` started (all of it, or what it got to)."""
         for replica in self.replicas:
             replica.stop()
-        self.primary.stop()
+        primary = getattr(self, "primary", None)
+        if primary is not None:
+            primary.stop()
