@@ -41,17 +41,18 @@ class ReplicaSet:
             replica.start()
             self.replicas.append(replica)
         for replica in self.replicas:
-            client = self.client(replica)
-            try:
-                wait_until(
-                    lambda c=client: c.info("replication")["master_link_status"] == "up",  # type: ignore[misc]
-                    timeout=30,
-                    interval=0.02,
-                    what="the replica's link to its primary",
-                )
-            finally:
-                client.close()
+            self._wait_for_link(replica)
         return self
+
+    def _wait_for_link(self, replica: RedisServer) -> None:
+        client = self.client(replica)
+        try:
+            wait_until(
+                lambda: client.info("replication")["master_link_status"] == "up",
+                timeout=30, interval=0.02, what="the replica's link to its primary",
+            )  # fmt: skip
+        finally:
+            client.close()
 
     @staticmethod
     def client(server: RedisServer) -> redis.Redis:

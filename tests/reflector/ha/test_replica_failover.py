@@ -191,3 +191,30 @@ def test_fenced_acknowledgements_wait_for_the_replicas(replica_set: ReplicaSet) 
         assert client.xpending(keys.stream, keys.group)["pending"] == 0
     finally:
         client.close()
+
+
+def test_waiting_for_no_replica_sends_no_wait(
+    redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    """N = 0 is today's behaviour: no WAIT anywhere (and so no extra round trip)."""
+    redis_client.config_resetstat()
+    side = Side(redis_server, "only", ReplicaWait())
+    try:
+        epoch = lead(side)
+        side.publisher.publish(epoch, [added("ns/a", "10")], checkpoint_rv="10")
+        side.publisher.advance_checkpoints(epoch, "10")
+        assert side.lease.release()
+        keys = GroupShardKeys(ShardKeys("ib", "pods", 0), "processors")
+        redis_client.xgroup_create(keys.stream, keys.group, id="0")
+        redis_client.hset(keys.lease, mapping={"holder": "m", "epoch": "7"})
+        stream = FencedStream(
+            redis_client, keys, member_id="m", epoch=7,
+            dead_letters=Counter("dl", "dead letters", registry=CollectorRegistry()),
+        )  # fmt: skip
+        [[entry, _]] = stream.read(10, ">", [])
+        stream.read(10, ">", [entry.decode()])
+        stream.acknowledge([], [entry.decode()])
+        assert "cmdstat_wait" not in redis_client.info("commandstats")
+        assert "cmdstat_evalsha" in redis_client.info("commandstats")
+    finally:
+        side.close()
