@@ -526,11 +526,11 @@ class ShardPublisher:
         """
         if not calls:
             return []
-        replies, waited = self._execute(calls)
+        replies, waited = self._execute_all(calls)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             for script in {id(call.script): call.script for call in calls}.values():
                 script.sha = self._client.script_load(script.script)
-            replies, waited = self._execute(calls)
+            replies, waited = self._execute_all(calls)
         fenced = [
             (call, reply)
             for call, reply in zip(calls, replies, strict=True)
@@ -547,23 +547,33 @@ class ShardPublisher:
             self._wait.check(reply, f"publishing {self.resource}")
         return replies
 
-    def _execute(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
+    def _execute_all(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
         """The calls' replies, in order, and the replies of the ``WAIT`` commands that followed
         them (none without a :class:`~common.replica_wait.ReplicaWait`)."""
-        if self._wait.enabled and is_cluster(self._client):
+        if not self._wait.enabled:
+            return self._execute(calls), []
+        if is_cluster(self._client):
             return self._execute_per_node(calls)
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self._queue(self._client, calls)
+        self._wait.queue(pipe)  # same connection, after every call: confirms them all
+        *replies, waited = pipe.execute(raise_on_error=False)
+        return replies, [waited]
+
+    def _execute(self, calls: Sequence[_Call]) -> list[Any]:
+        """The calls' replies, in order: one pipelined round trip, no ``WAIT``."""
+        replies: list[Any] = self._queue(self._client, calls).execute(raise_on_error=False)
+        return replies
+
+    @staticmethod
+    def _queue(client: redis.Redis, calls: Sequence[_Call]) -> Any:
+        """A pipeline on ``client`` holding ``calls``."""
+        pipe = client.pipeline(transaction=False)
         # execute_command rather than pipe.evalsha, which redis-py's Cluster pipeline refuses
         # outright; both route EVALSHA by its keys (one shard, one slot). Unannotated in redis-py.
         queue: Any = pipe.execute_command
         for call in calls:
             queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        if not self._wait.enabled:
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            return replies, []
-        self._wait.queue(pipe)  # same connection, after every call: confirms them all
-        *replies, waited = pipe.execute(raise_on_error=False)
-        return replies, [waited]
+        return pipe
 
     def _execute_per_node(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
         """Redis Cluster with a ``WAIT``: one pipeline per primary serving the calls' shards,
@@ -576,11 +586,7 @@ class ShardPublisher:
         replies: list[Any] = [None] * len(calls)
         waited: list[Any] = []
         for node, indexes in by_node.values():
-            pipe = node.pipeline(transaction=False)
-            queue: Any = pipe.execute_command
-            for index in indexes:
-                call = calls[index]
-                queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+            pipe = self._queue(node, [calls[index] for index in indexes])
             self._wait.queue(pipe)
             *node_replies, node_waited = pipe.execute(raise_on_error=False)
             for index, reply in zip(indexes, node_replies, strict=True):
