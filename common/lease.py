@@ -229,12 +229,12 @@ class RedisLease:
             )
         # A stall costs one connect or one read timeout per attempt, then the attempt fails.
         # An estimate: backoff sleeps are left out, and so are reads that each almost time out.
-        # An acquisition waits for the replicas too (one more call, its WAIT within the
-        # socket timeout).
+        # An acquisition waits for the replicas (one more call, its WAIT within the socket
+        # timeout). Left out of max_call_seconds, which guards renewals: a renewal of a
+        # confirmed epoch never waits, and a new holder acts only after its wait.
         self._wait = replica_wait.capped(socket_timeout)
-        calls = 2 if self._wait.enabled else 1
         self.max_call_seconds: Final = (
-            math.inf if retries < 0 else calls * (retries + 1) * (connect_timeout + socket_timeout)
+            math.inf if retries < 0 else (retries + 1) * (connect_timeout + socket_timeout)
         )
         """Estimated worst case of one call from the client's timeouts and retry count."""
         self._client = client
