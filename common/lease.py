@@ -19,6 +19,14 @@ measured by one clock (Redis's), and skew between the competing machines cannot 
 them believe they hold it. Each operation is one Lua script, so read-check-write is atomic.
 Both keys must share a Cluster hash tag (checked) so that the script may touch both.
 
+Why epochs come from the server's clock too: replication is asynchronous, so a replica promoted
+in a failover may lack the last ``INCR`` of the counter and would issue an epoch a second time
+(two holders no fence can tell apart). The acquire script therefore never issues an epoch below
+Redis's ``TIME`` in ms (:mod:`common.redis_layout.lease_scripts`). With a
+:class:`~common.replica_wait.ReplicaWait` of N >= 1 an acquisition is reported as held only
+once N replicas have it (:meth:`RedisLease.try_acquire_or_renew`), so a failover cannot roll it
+back under a holder that already acts on it; docs/reliability.md, "Fencing across a failover".
+
 **The redis-py timeout trap.** redis-py 8 defaults to ``socket_timeout=5`` and 10 retries with
 backoff: one command against an unresponsive Redis can block for about a minute. A holder
 blocked in a renewal cannot notice that its renew deadline has passed, and keeps acting after
@@ -42,6 +50,7 @@ import redis
 from redis.retry import Retry
 
 from common.redis_layout import lease_scripts
+from common.replica_wait import NO_WAIT, ReplicaWait
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -208,6 +217,7 @@ class RedisLease:
         epoch_key: str,
         holder: str,
         duration: float = DEFAULT_LEASE_DURATION,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         tag = hash_tag(key)
         if tag is None or tag != hash_tag(epoch_key):
@@ -230,6 +240,10 @@ class RedisLease:
             )
         # A stall costs one connect or one read timeout per attempt, then the attempt fails.
         # An estimate: backoff sleeps are left out, and so are reads that each almost time out.
+        # An acquisition waits for the replicas (one more call, its WAIT within the socket
+        # timeout). Left out of max_call_seconds, which guards renewals: a renewal of a
+        # confirmed epoch never waits, and a new holder acts only after its wait.
+        self._wait = replica_wait.capped(socket_timeout)
         self.max_call_seconds: Final = (
             math.inf
             if retries < 0
@@ -252,21 +266,45 @@ class RedisLease:
         # The epoch of our last successful acquire or renewal until we give the lease up: a
         # renewal that finds the lease gone (lapsed, or Redis lost it) gets a higher one.
         self._held_epoch = 0
+        # The epoch enough replicas confirmed (with a ReplicaWait): renewals of it need no WAIT.
+        self._confirmed_epoch = 0
         self._read = client.register_script(lease_scripts.READ)
 
     def try_acquire_or_renew(self) -> LeaseStatus:
-        """Acquire the lease if free or expired, renew it if ours, else report who holds it."""
+        """Acquire the lease if free or expired, renew it if ours, else report who holds it.
+
+        With a :class:`~common.replica_wait.ReplicaWait`, a lease held with an epoch the
+        replicas have not confirmed yet (a new acquisition, or one whose confirmation fell
+        short before) is confirmed first: a renewal of it followed by ``WAIT``, on one
+        connection. Too few replicas raise
+        :class:`~common.replica_wait.ReplicationShortfallError` (a ``redis.RedisError``) and
+        the caller does not act as the holder; its next attempt renews and confirms again.
+        """
         held, epoch, holder, ttl_ms = self._acquire(
             keys=[self.key, self.epoch_key],
             args=[self.holder, self._duration_ms, self._held_epoch],
         )
         self._held_epoch = int(epoch) if held else 0
+        if held and self._wait.enabled and int(epoch) != self._confirmed_epoch:
+            self._confirm(int(epoch))
         return LeaseStatus(
             held=bool(held),
             epoch=int(epoch),
             holder=_text(holder),
             ttl=math.inf if int(ttl_ms) < 0 else int(ttl_ms) / 1000,
         )
+
+    def _confirm(self, epoch: int) -> None:
+        """Renew our lease of ``epoch`` and ``WAIT`` for the replicas, in one pipeline (a write
+        on the WAIT's own connection: the acquisition is before it in the replication stream,
+        so replicas that confirm the renewal have the acquisition)."""
+        reply, waited = self._wait.eval(
+            self._client, self._renew, [self.key], [self.holder, self._duration_ms, epoch]
+        )
+        if not reply[0]:
+            return  # lost again already: the next call reports it
+        self._wait.check(waited, f"lease {self.key} (epoch {epoch})")
+        self._confirmed_epoch = epoch
 
     def renew(self, epoch: int) -> LeaseStatus:
         """Extend our lease of ``epoch`` if Redis still has exactly it; never acquires.
@@ -291,9 +329,17 @@ class RedisLease:
         )
 
     def release(self) -> bool:
-        """Delete the lease if we hold it; ``True`` if it was ours (now free for anyone)."""
+        """Delete the lease if we hold it; ``True`` if it was ours (now free for anyone).
+
+        With a :class:`~common.replica_wait.ReplicaWait` the deletion is followed by ``WAIT``
+        (a successor should not find the lease back after a failover); a shortfall is not an
+        error here, the lease then expires on its own."""
         self._held_epoch = 0
-        return bool(self._release(keys=[self.key], args=[self.holder]))
+        self._confirmed_epoch = 0
+        if not self._wait.enabled:
+            return bool(self._release(keys=[self.key], args=[self.holder]))
+        released, _ = self._wait.eval(self._client, self._release, [self.key], [self.holder])
+        return bool(released)
 
     def holder_and_epoch(self) -> tuple[str | None, int]:
         """Who holds the lease (``None``: nobody) and its epoch, or the last epoch issued."""

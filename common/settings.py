@@ -9,9 +9,9 @@ Supported field types: ``bool``, ``int``, ``float``, ``str``, their ``X | None``
 
 Settings that belong together, and are the same for every service and tool, are small
 dataclasses of their own held as one field (:func:`grouped`): :class:`RedisConnection`,
-:class:`LeaseTiming`, :class:`MembershipTiming`. Each checks its own rules, so a rule is
-written once however many services use it; their flags stay flat (``--redis-url``,
-``--lease-duration``) and ``--help`` lists them under the group's heading.
+:class:`LeaseTiming`, :class:`MembershipTiming`, :class:`Durability`. Each checks its own
+rules, so a rule is written once however many services use it; their flags stay flat
+(``--redis-url``, ``--lease-duration``) and ``--help`` lists them under the group's heading.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "ENV_PREFIX",
     "JITTER_FACTOR",
     "BusSettings",
+    "Durability",
     "KubeConnection",
     "LeaseTiming",
     "MembershipTiming",
@@ -273,6 +274,39 @@ class MembershipTiming:
             )
 
 
+@dataclasses.dataclass(frozen=True)
+class Durability:
+    """How many replicas must hold a write before a service acts on it (Redis ``WAIT``).
+
+    Redis replicates asynchronously: a primary that fails right after acknowledging a write may
+    take it with it, and the replica promoted in its place never saw it. With ``replicas`` >= 1
+    the writes that matter -- each publish round trip of the reflector, its checkpoint and fence
+    writes, a processor's fenced acknowledgements, every lease acquisition and release -- are
+    followed by ``WAIT replicas timeout_ms``; a write fewer replicas confirmed counts as not
+    done and is retried (docs/reliability.md, "Durability you can choose"). 0 waits for nothing
+    and costs nothing (no extra command).
+    """
+
+    replicas: int = dataclasses.field(
+        default=0,
+        metadata={"help": "replicas that must confirm each publish, acknowledgement and lease "
+                  "change before it counts (Redis WAIT); 0: none, no extra round trip",
+                  "metavar": "N"},
+    )  # fmt: skip
+    timeout_ms: int = dataclasses.field(
+        default=1000,
+        metadata={"help": "how long one WAIT may block for the replicas, ms (a lease's WAIT is "
+                  "also kept under half its client's socket timeout)", "metavar": "MS"},
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise SettingsError(f"redis_wait_replicas must be >= 0, got {self.replicas}")
+        if self.timeout_ms < 1:
+            # WAIT's 0 means "block forever": a lost replica would stall every write.
+            raise SettingsError(f"redis_wait_timeout_ms must be >= 1, got {self.timeout_ms}")
+
+
 def grouped(
     title: str, *, flag_prefix: str = "", helps: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -337,6 +371,10 @@ class ServiceSettings(BusSettings):
         default="info", metadata={"help": "debug, info, warning, error"}
     )
     log_json: bool = dataclasses.field(default=False, metadata={"help": "log JSON lines"})
+    durability: Durability = dataclasses.field(
+        default_factory=Durability,
+        metadata=grouped("Redis durability", flag_prefix="redis_wait_"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

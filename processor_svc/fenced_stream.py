@@ -11,6 +11,14 @@ store's index functions) are written to the dead-letter stream (``reason``, ``id
 when there was one) by the same fenced script that acknowledges them, in stream order: an entry
 is parked if and only if it is acknowledged.
 
+**Replicas** (``--redis-wait-replicas N``): with a :class:`~common.replica_wait.ReplicaWait`,
+every script that acknowledges -- an acknowledging call, a read carrying acknowledgements, a
+takeover's commit -- goes out in one pipeline with ``WAIT N timeout`` after it, on the node of
+the shard's keys: one ``WAIT`` per batch, never per entry. Too few replicas raise
+:class:`~common.replica_wait.ReplicationShortfallError` (a ``redis.RedisError``), and the
+worker keeps those IDs to acknowledge again, as after any failed call. A fence refusal is
+reported first. Reads without acknowledgements send no ``WAIT``.
+
 The helpers at the end read the shapes Redis replies with (bytes or text IDs, flat field
 lists, a trimmed entry's ``None``) the same way for every caller.
 """
@@ -23,6 +31,7 @@ from typing import Any, Final
 
 import redis
 from prometheus_client import Counter
+from redis.commands.core import Script
 
 from common.redis_layout import (
     DEAD_LETTER_ID,
@@ -32,6 +41,7 @@ from common.redis_layout import (
     GroupShardKeys,
 )
 from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_READ
+from common.replica_wait import NO_WAIT, ReplicaWait
 from common.wire import FIELD
 
 __all__ = [
@@ -101,8 +111,10 @@ class FencedStream:
         member_id: str,
         epoch: int,
         dead_letters: Counter,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         self.client, self.keys = client, keys
+        self._wait = replica_wait
         self._lease_args = (member_id, str(epoch))
         self._dead_letters = dead_letters
         self._read_script = client.register_script(FENCED_READ)
@@ -127,13 +139,12 @@ class FencedStream:
     def read(self, count: int, start: str, acks: Sequence[str]) -> list[Any]:
         """Acknowledge ``acks``, then read up to ``count`` entries after ``start`` (``>``: new
         ones; an ID: this consumer's pending entries after it), in one fenced script."""
-        reply = self._read_script(
-            keys=[self.keys.lease, self.keys.stream],
-            args=[*self._lease_args, self.keys.group, SHARD_CONSUMER, count, start, *acks],
-            client=self.client,
+        reply = self._call(
+            self._read_script,
+            [self.keys.lease, self.keys.stream],
+            [*self._lease_args, self.keys.group, SHARD_CONSUMER, count, start, *acks],
+            confirm=bool(acks),
         )
-        if reply[0] == 0:
-            raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
         entries: list[Any] = reply[1]
         return entries
 
@@ -164,15 +175,30 @@ class FencedStream:
             for name, value in letter.fields:
                 args += (name, value)
         args += ids
-        reply = self._ack_script(
-            keys=[self.keys.lease, self.keys.stream, self.keys.dead_letters],
-            args=args,
-            client=self.client,
+        self._call(
+            self._ack_script,
+            [self.keys.lease, self.keys.stream, self.keys.dead_letters],
+            args,
+            confirm=True,
         )
-        if reply[0] == 0:
-            raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
         if dead:
             self._dead_letters.inc(len(dead))
+
+    def _call(
+        self, script: Script, keys: list[str], args: list[Any], *, confirm: bool
+    ) -> list[Any]:
+        """Run a fenced script (with ``confirm``, its ``WAIT`` too); its reply unless the
+        lease was not ours (:class:`OwnershipLostError`) or too few replicas confirmed."""
+        if not (confirm and self._wait.enabled):
+            reply: list[Any] = script(keys=keys, args=args, client=self.client)
+            waited: Any = None
+        else:
+            reply, waited = self._wait.eval(self.client, script, keys, args)
+        if reply[0] == 0:
+            raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
+        if waited is not None:
+            self._wait.check(waited, f"acknowledging {self.keys.stream}")
+        return reply
 
     def lag(self) -> int | None:
         """The group's entries not yet acknowledged (undelivered + pending), ``None`` when

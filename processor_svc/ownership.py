@@ -46,6 +46,7 @@ import redis
 from common.lease import LeaseStatus, RedisLease, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
 from common.redis_layout import LEASE_HOLDER, PROCESSOR_GROUP, ResourceKeys
+from common.replica_wait import NO_WAIT, ReplicaWait
 from common.settings import LeaseTiming, MembershipTiming
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
@@ -142,6 +143,9 @@ class ShardOwnership:
     ``clock`` measures deadlines and waits; Redis measures the leases and
     member deadlines. Repeated Redis failures are logged at most once per ``log_interval`` s.
 
+    ``replica_wait``: a shard lease newly acquired counts only once that many replicas have it,
+    and releases wait for them too (:class:`~common.lease.RedisLease`).
+
     Counters: ``acquisitions`` (leases newly taken), ``losses`` (``on_lost`` calls) and
     ``rebalances`` (times this member's target set of shards changed, the first one included).
     """
@@ -163,6 +167,7 @@ class ShardOwnership:
         log_interval: float = 30.0,
         group: str = PROCESSOR_GROUP,
         co_sharded: Sequence[str] = (),
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         if type(shard_count) is not int or shard_count < 1:
             raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
@@ -190,6 +195,7 @@ class ShardOwnership:
                 epoch_key=keys.lease_epoch,
                 holder=member_id,
                 duration=timing.lease_duration,
+                replica_wait=replica_wait,
             )
 
         self._leases: list[ShardLease] = [

@@ -46,6 +46,7 @@ from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import ResourceLayout
 from common.redis_layout import GroupShardKeys, ShardKeys
+from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.expectations import RedisExpectationStore
@@ -234,6 +235,7 @@ class ProcessorService:
             timing=settings.lease,
             membership=settings.membership,
             group=settings.group,
+            replica_wait=ReplicaWait.of(settings.durability),
         )
         # Heartbeated by the gate while waiting for the reflectors, by the ownership loop after.
         self._membership = self.ownership.membership
@@ -443,6 +445,7 @@ class ProcessorService:
                 max_entry_bytes=settings.max_entry_bytes,
                 view=self.views[resource],
                 moves=self.moves.get(resource),
+                replica_wait=ReplicaWait.of(settings.durability),
             )
         with self._workers_lock:
             self._units[shard] = workers

@@ -50,6 +50,7 @@ from common.backoff import Backoff
 from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
 from common.redis_layout import GroupShardKeys
+from common.replica_wait import NO_WAIT, ReplicaWait
 from common.runtime import release_free_heap
 from common.wire import (
     DEFAULT_MAX_BYTES,
@@ -108,7 +109,9 @@ class ShardWorker:
     acknowledging anything more. ``backoff`` paces retries after Redis errors (client-go's
     shape by default). ``view`` is the group's selection and projection
     (:mod:`processor_svc.view`), applied to every entry and to the takeover's snapshot before
-    the store.
+    the store. ``replica_wait``: acknowledgements count only once that many replicas have
+    them (:class:`~processor_svc.fenced_stream.FencedStream`); a shortfall is retried like any
+    Redis error (they are idempotent).
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class ShardWorker:
         backoff: Backoff | None = None,
         view: GroupView | None = None,
         moves: MoveGate | None = None,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         if keys.shard != shard:
             raise ValueError(f"keys are for shard {keys.shard}, not {shard}")
@@ -153,7 +157,12 @@ class ShardWorker:
         self._metrics = metrics
         self._m = ShardMetrics(metrics, resource, shard)
         self._stream = FencedStream(
-            client, keys, member_id=member_id, epoch=epoch, dead_letters=self._m.dead_letters
+            client,
+            keys,
+            member_id=member_id,
+            epoch=epoch,
+            dead_letters=self._m.dead_letters,
+            replica_wait=replica_wait,
         )
         self._stop = threading.Event()
         self._grace = 0.0

@@ -61,6 +61,11 @@ class ReflectorMetrics:
         self.errors = counter(
             "informer_bus_reflector_errors", "list/watch/publish failures, by kind", "kind"
         )
+        self.publish_wait_shortfalls = counter(
+            "informer_bus_reflector_publish_wait_shortfalls",
+            "publish round trips fewer replicas confirmed than --redis-wait-replicas asks "
+            "(not counted as published; retried from Redis's checkpoints)",
+        )
         self.publish_latency = histogram(
             "informer_bus_reflector_publish_latency_seconds",
             "time to write one batch of deltas to Redis",

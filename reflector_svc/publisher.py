@@ -37,6 +37,16 @@ one and the checkpoint moved only as far as every event before the move
 (:mod:`reflector_svc.moves`). A resource sharded by key (or namespace) keeps no placement: its
 key names its shard, and its publishes take exactly the path they took before moves existed.
 
+**Replicas** (:class:`~common.replica_wait.ReplicaWait`, ``--redis-wait-replicas N``): every
+round trip of script calls -- a batch, a sub-batch, a fence or checkpoint operation -- ends
+with ``WAIT N timeout`` on the same connection (in the same pipeline: no extra round trip on a
+single Redis; on Redis Cluster one pipeline per primary touched). Fewer than N confirmations
+raise :class:`~common.replica_wait.ReplicationShortfallError`, a ``redis.RedisError``: the
+reflector then does what it does after any failed publish -- it does not advance its resume
+point, and continues from the checkpoints Redis holds -- which is safe because of the rules
+above: whatever of the batch the primary kept is skipped when it comes again, and whatever a
+failover lost is published again. N = 0 sends no ``WAIT``.
+
 Deliberately no ``MAXLEN`` on the ``XADD``: a trim inside the publish would drop entries that a
 consumer group has not read yet, silently; :mod:`reflector_svc.retention` trims instead, below
 what every live group has consumed, and reports when a hard cap forces more.
@@ -56,8 +66,10 @@ from redis.exceptions import NoScriptError
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout, write_layout
+from common.redis_config import is_cluster, node_client
 from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
+from common.replica_wait import NO_WAIT, ReplicaWait
 from common.shard_keys import ShardKeyChoice
 from common.sharding import shard_for
 from reflector_svc.moves import MovePlan, SubBatch, Write
@@ -106,6 +118,7 @@ class ShardPublisher:
         shard_count: int,
         shard_key: ShardKeyChoice = _BY_KEY,
         wall_clock: Callable[[], float] = time.time,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         shard_for("", shard_count)  # validates shard_count (ValueError)
         self._client = client
@@ -115,6 +128,7 @@ class ShardPublisher:
         self.shard_key = shard_key
         """What the resource's objects are sharded by (the deltas carry the computed text)."""
         self._wall_clock = wall_clock
+        self._wait = replica_wait
         # Where each key lives; None while the key names the shard of every object (sharded by
         # key or namespace, nothing left elsewhere by an earlier shard key: known_versions).
         self._placement: Placement | None = None if shard_key.key_names_shard else Placement()
@@ -504,14 +518,19 @@ class ShardPublisher:
         Instead, when Redis lost the scripts (restart, failover, ``SCRIPT FLUSH``), they are
         loaded and the whole pipeline runs again: every call is idempotent, so the calls that
         did run (none, in practice) skip on the second pass.
+
+        With a :class:`~common.replica_wait.ReplicaWait`, the round trip ends with its ``WAIT``
+        (module docstring); too few replicas raise
+        :class:`~common.replica_wait.ReplicationShortfallError`, after a fence (the stronger
+        news) and a shard's error were looked for.
         """
         if not calls:
             return []
-        replies = self._execute(calls)
+        replies, waited = self._execute_all(calls)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             for script in {id(call.script): call.script for call in calls}.values():
                 script.sha = self._client.script_load(script.script)
-            replies = self._execute(calls)
+            replies, waited = self._execute_all(calls)
         fenced = [
             (call, reply)
             for call, reply in zip(calls, replies, strict=True)
@@ -527,17 +546,56 @@ class ShardPublisher:
             if isinstance(reply, BaseException):
                 reply.add_note(f"while writing shard {call.shard} of {self.resource}")
                 raise reply
+        for reply in waited:
+            self._wait.check(reply, f"publishing {self.resource}")
         return replies
 
+    def _execute_all(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
+        """The calls' replies, in order, and the replies of the ``WAIT`` commands that followed
+        them (none without a :class:`~common.replica_wait.ReplicaWait`)."""
+        if not self._wait.enabled:
+            return self._execute(calls), []
+        if is_cluster(self._client):
+            return self._execute_per_node(calls)
+        pipe = self._queue(self._client, calls)
+        self._wait.queue(pipe)  # same connection, after every call: confirms them all
+        *replies, waited = pipe.execute(raise_on_error=False)
+        return replies, [waited]
+
     def _execute(self, calls: Sequence[_Call]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
+        """The calls' replies, in order: one pipelined round trip, no ``WAIT``."""
+        replies: list[Any] = self._queue(self._client, calls).execute(raise_on_error=False)
+        return replies
+
+    @staticmethod
+    def _queue(client: redis.Redis, calls: Sequence[_Call]) -> Any:
+        """A pipeline on ``client`` holding ``calls``."""
+        pipe = client.pipeline(transaction=False)
         # execute_command rather than pipe.evalsha, which redis-py's Cluster pipeline refuses
         # outright; both route EVALSHA by its keys (one shard, one slot). Unannotated in redis-py.
         queue: Any = pipe.execute_command
         for call in calls:
             queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        return replies
+        return pipe
+
+    def _execute_per_node(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
+        """Redis Cluster with a ``WAIT``: one pipeline per primary serving the calls' shards,
+        each ending with its ``WAIT`` (a cluster pipeline cannot route a command without keys,
+        and only that primary's replicas matter for its writes)."""
+        by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
+        for index, call in enumerate(calls):
+            node = node_client(self._client, call.keys[0])
+            by_node.setdefault(id(node), (node, []))[1].append(index)
+        replies: list[Any] = [None] * len(calls)
+        waited: list[Any] = []
+        for node, indexes in by_node.values():
+            pipe = self._queue(node, [calls[index] for index in indexes])
+            self._wait.queue(pipe)
+            *node_replies, node_waited = pipe.execute(raise_on_error=False)
+            for index, reply in zip(indexes, node_replies, strict=True):
+                replies[index] = reply
+            waited.append(node_waited)
+        return replies, waited
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from common.backoff import Backoff
 from common.deltas import relist_diff, resource_version
 from common.keys import Obj
 from common.publication import ResourceLayout
+from common.replica_wait import ReplicationShortfallError
 from common.shard_keys import ShardKeyChoice
 from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (
@@ -74,6 +75,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_SHORTFALL_LOG_INTERVAL = 30.0
+"""Seconds between two warnings about publishes the replicas did not confirm."""
 
 
 class WatchStream(AbstractContextManager["WatchStream"], Protocol):
@@ -213,6 +217,8 @@ class Reflector:
         self._metrics = metrics
         self._rng = rng or random.Random()
         self._monotonic = monotonic
+        self._shortfalls = 0
+        self._shortfall_logged_at: float | None = None
         self._deltas = DeltaBuilder(
             resource,
             kind,
@@ -337,16 +343,44 @@ class Reflector:
             log.warning("%s: %s; relisting after a backoff", self.resource, exc)
             self._needs_list = True
         except redis.RedisError as exc:
-            # Expected while Redis restarts or fails over: no traceback, just keep retrying.
-            self._count_error("redis")
-            log.warning("%s: Redis unavailable (%s); retrying", self.resource, exc)
-            self._resume_from_redis = True
+            self._redis_failed(exc)
         except Exception as exc:  # a bug: never crash-loop, never hang
             self._count_error(type(exc).__name__)
             log.exception("%s: list/watch failed: %s", self.resource, exc)
         if self._stop.is_set():
             return 0.0
         return backoff.next_delay()
+
+    def _redis_failed(self, exc: redis.RedisError) -> None:
+        """A publish (or a read of Redis) failed: continue from the checkpoints Redis holds.
+
+        Expected while Redis restarts or fails over: no traceback, just keep retrying. A write
+        the primary took but too few replicas confirmed is no more published than one that
+        failed, as far as the resume point goes (the publisher's replay rules skip whatever
+        the primary kept); it is counted and logged on its own."""
+        self._resume_from_redis = True
+        if isinstance(exc, ReplicationShortfallError):
+            self._metrics.publish_wait_shortfalls.labels(**self._label).inc()
+            self._shortfall_log(exc)
+            return
+        self._count_error("redis")
+        log.warning("%s: Redis unavailable (%s); retrying", self.resource, exc)
+
+    def _shortfall_log(self, exc: ReplicationShortfallError) -> None:
+        """One warning per :data:`_SHORTFALL_LOG_INTERVAL` while replicas lag or are gone,
+        saying how many more there were (the metric counts every one)."""
+        self._shortfalls += 1
+        now = self._monotonic()
+        if self._shortfall_logged_at is not None and (
+            now - self._shortfall_logged_at < _SHORTFALL_LOG_INTERVAL
+        ):
+            return
+        more = self._shortfalls - 1
+        self._shortfalls, self._shortfall_logged_at = 0, now
+        log.warning(
+            "%s: %s; not counted as published, retrying from Redis's checkpoints%s",
+            self.resource, exc, f" ({more} more since the last such line)" if more else "",
+        )  # fmt: skip
 
     def _load_resume_point(self) -> None:
         """Continue from the checkpoints Redis holds rather than from what it confirmed to us:

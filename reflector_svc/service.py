@@ -23,6 +23,7 @@ from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.publication import ResourceLayout
 from common.redis_layout import ResourceKeys, ShardKeys
+from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
@@ -100,6 +101,7 @@ class ReflectorService:
             resource=resource_id,
             shard_count=self.settings.shard_count,
             shard_key=spec.shard_key,
+            replica_wait=ReplicaWait.of(self.settings.durability),
         )
         transform = build_transform(
             is_secret=resolved.kind == "Secret" and spec.group == "",
@@ -134,6 +136,7 @@ class ReflectorService:
                 epoch_key=keys.epoch,
                 holder=self.holder,
                 duration=self.settings.lease.lease_duration,
+                replica_wait=ReplicaWait.of(self.settings.durability),
             )
             runner.elector = LeaderElector(
                 lease,

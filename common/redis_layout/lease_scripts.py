@@ -14,9 +14,19 @@ from typing import Final
 __all__ = ["ACQUIRE_OR_RENEW", "READ", "RELEASE", "RENEW"]
 
 # KEYS[1] lease hash {holder, epoch}, KEYS[2] epoch counter; ARGV[1] holder, ARGV[2] duration ms,
-# ARGV[3] the epoch the caller held last (0: none); a new epoch is always above it, even when
-# Redis lost the counter (restarted without persistence), so a lapsed holder always sees that
-# its lease changed hands. Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
+# ARGV[3] the epoch the caller held last (0: none). A new epoch is the largest of the counter's
+# INCR, ARGV[3] + 1 and the server's clock in ms (TIME):
+# - above ARGV[3], even when Redis lost the counter (restarted without persistence), so a
+#   lapsed holder always sees that its lease changed hands;
+# - above every epoch issued before a failover, even one whose INCR the promoted replica never
+#   received, as long as the new primary's clock is past the moment that epoch was issued
+#   (docs/reliability.md, "Fencing across a failover"). Clocks only need to move forward
+#   between two leaders, not agree: the INCR still orders acquisitions within one millisecond.
+# Redis 7 replicates a script's effects, so TIME inside it is allowed and replicas store the
+# epoch the primary chose. Epochs stay integers (about 1.7e12 today, exact in Lua's doubles,
+# written with %.0f so that no exponent form ever reaches the fences' digit compare), above
+# every counter value issued before this rule existed.
+# Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
 ACQUIRE_OR_RENEW: Final = """
 local holder = redis.call('HGET', KEYS[1], 'holder')
 if holder == ARGV[1] then
@@ -27,14 +37,18 @@ if holder then
   return {0, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0, holder,
           redis.call('PTTL', KEYS[1])}
 end
-local epoch = redis.call('INCR', KEYS[2])
-if epoch <= (tonumber(ARGV[3]) or 0) then
-  epoch = tonumber(ARGV[3]) + 1
-  redis.call('SET', KEYS[2], epoch)
-end
+local counted = redis.call('INCR', KEYS[2])
+local epoch = counted
+local last = tonumber(ARGV[3]) or 0
+if epoch <= last then epoch = last + 1 end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if epoch < now_ms then epoch = now_ms end
+local text = string.format('%.0f', epoch)
+if epoch ~= counted then redis.call('SET', KEYS[2], text) end
 redis.call('PERSIST', KEYS[2])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', epoch)
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, epoch, ARGV[1], tonumber(ARGV[2])}
 """

@@ -10,6 +10,7 @@ import pytest
 
 from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
 from common.settings import (
+    Durability,
     LeaseTiming,
     RedisConnection,
     SettingsError,
@@ -212,6 +213,18 @@ def test_scaled_timing_keeps_client_gos_proportions() -> None:
     assert LeaseTiming.scaled(3.0).flags() == [
         "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.4",
     ]  # fmt: skip
+
+
+def test_waiting_for_replicas_is_one_group_for_the_reflector_and_the_processor() -> None:
+    env = {"INFORMER_BUS_REDIS_WAIT_REPLICAS": "2"}
+    for cls in (ReflectorSettings, ProcessorSettings):
+        assert settings_of(cls).durability == Durability(0, 1000)  # off: no WAIT at all
+        loaded = load_settings(cls, "INFORMER_BUS_", environ=env, redis_wait_timeout_ms=250)
+        assert loaded.durability == Durability(2, 250)
+    with pytest.raises(SettingsError, match="redis_wait_replicas must be >= 0"):
+        settings_of(ReflectorSettings, redis_wait_replicas=-1)
+    with pytest.raises(SettingsError, match="redis_wait_timeout_ms must be >= 1"):
+        settings_of(ProcessorSettings, redis_wait_timeout_ms=0)  # WAIT's 0 blocks forever
 
 
 def test_the_heartbeat_must_come_within_the_member_ttl() -> None:

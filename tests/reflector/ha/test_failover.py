@@ -77,8 +77,8 @@ def test_graceful_stop_of_the_leader_hands_over_at_once(
     assert _leads(standby) == 1
     standby.stop()
 
-    assert bus.epoch() == epoch + 1
-    assert bus.fences() == [epoch + 1] * len(bus.shards)
+    assert bus.epoch() > epoch
+    assert bus.fences() == [bus.epoch()] * len(bus.shards)
     assert_faithful(bus, sim, history, exact=True)
 
 

@@ -1,0 +1,123 @@
+"""Waiting for replicas: ``WAIT N timeout`` after the writes a service acts on.
+
+Redis replicates asynchronously, so a write the primary acknowledged can vanish in a failover
+(the promoted replica never received it). :class:`ReplicaWait` is the one place that follows a
+write with ``WAIT`` and turns "fewer than N replicas confirmed" into
+:class:`ReplicationShortfallError`, a ``redis.RedisError``: every caller already treats a Redis
+error as "the write may or may not have happened, do it again", and every write it is used for
+is idempotent (publishes by their replay and per-key rules, acknowledgements because ``XACK``
+is, leases because the holder renews its own lease).
+
+``WAIT`` counts the replicas that acknowledged *this connection's* last write, so the write and
+its ``WAIT`` must share a connection: they go out as one pipeline on one connection (which also
+saves the round trip), never as two calls a connection pool may give two connections. On Redis
+Cluster the pipeline goes to the primary serving the keys (:func:`common.redis_config.node_client`):
+``WAIT`` names no key a cluster client could route by, and only that node's replicas matter.
+
+With ``replicas`` 0 nothing here sends anything: the callers' paths stay exactly as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from common.redis_config import node_client
+from common.settings import Durability
+
+__all__ = ["NO_WAIT", "ReplicaWait", "ReplicationShortfallError"]
+
+
+class ReplicationShortfallError(redis.RedisError):
+    """Fewer replicas than required confirmed a write within the timeout: the write is on the
+    primary but may be lost in a failover, so it does not count yet (retry it)."""
+
+    def __init__(self, what: str, acknowledged: int, wanted: int) -> None:
+        super().__init__(f"{what}: {acknowledged} of {wanted} replicas confirmed the write in time")
+        self.what, self.acknowledged, self.wanted = what, acknowledged, wanted
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """``WAIT replicas timeout_ms`` after a write; ``replicas`` 0 waits for nothing."""
+
+    replicas: int = 0
+    timeout_ms: int = 1000
+
+    @classmethod
+    def of(cls, durability: Durability) -> ReplicaWait:
+        return cls(durability.replicas, durability.timeout_ms)
+
+    @property
+    def enabled(self) -> bool:
+        return self.replicas > 0
+
+    def capped(self, seconds: float | None) -> ReplicaWait:
+        """This wait with its timeout kept under half of ``seconds`` (a client's socket timeout):
+        a ``WAIT`` must end before the read that carries its reply times out."""
+        if seconds is None or not self.enabled:
+            return self
+        return ReplicaWait(self.replicas, max(1, min(self.timeout_ms, int(seconds * 500))))
+
+    def queue(self, pipe: Any) -> None:
+        """Add the ``WAIT`` to ``pipe`` (after the writes it confirms, on the same connection)."""
+        pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
+
+    def check(self, reply: Any, what: str) -> None:
+        """Raise :class:`ReplicationShortfallError` unless ``reply`` (``WAIT``'s) reaches
+        ``replicas``; re-raise it when it is an error."""
+        if isinstance(reply, BaseException):
+            raise reply
+        if int(reply) < self.replicas:
+            raise ReplicationShortfallError(what, int(reply), self.replicas)
+
+    def eval(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> tuple[Any, Any]:
+        """Run ``script`` then ``WAIT`` in one pipeline on the node serving ``keys[0]``;
+        ``(script reply, WAIT reply)``. The script's error is raised; the ``WAIT`` reply is left
+        for the caller to :meth:`check` (only it knows whether this write needs confirming).
+        A script Redis lost (restart, failover) is loaded and the pair runs once more."""
+        node = node_client(client, keys[0])
+        for attempt in (1, 2):
+            pipe = node.pipeline(transaction=False)
+            queue: Any = pipe.execute_command  # unannotated in redis-py
+            queue("EVALSHA", script.sha, len(keys), *keys, *args)
+            self.queue(pipe)
+            reply, waited = pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and attempt == 1:
+                script.sha = node.script_load(script.script)
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply, waited
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def confirmed(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        what: str,
+    ) -> Any:
+        """``script``'s reply: run as always when waiting for nobody, else with its ``WAIT``
+        checked (:class:`ReplicationShortfallError` when too few replicas confirmed)."""
+        if not self.enabled:
+            return script(keys=keys, args=args, client=client)
+        reply, waited = self.eval(client, script, keys, args)
+        self.check(waited, what)
+        return reply
+
+
+NO_WAIT = ReplicaWait()
+"""Wait for no replica: today's behaviour, no extra command."""
