@@ -148,6 +148,8 @@ class HttpSink:
     def deliver(self, event: Mapping[str, Any]) -> Delivery:
         """Send ``event`` (structured-mode JSON: attributes plus ``data``) until the receiver
         accepts or refuses it for good; :class:`SinkStopped` if a stop comes first."""
+        if self._stop.is_set():  # asked to stop while the delta was read: do not start
+            raise SinkStopped(event["id"])
         body, headers = self._request(event)
         attempts = 0
         while True:
