@@ -36,7 +36,7 @@ import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.publication import read_publication
+from common.publication import ResourceLayout, read_publication
 from common.redis_config import SentinelTarget, is_cluster, redacted_url, redis_client
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
 from common.resource_ids import resource_id_from
@@ -364,6 +364,9 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             self._where = "Redis"
             self._block_ms = self._block_for(client_or_url, block_ms)
         self._cluster = is_cluster(self._client)
+        self.layout: ResourceLayout | None = None
+        """What the reflector recorded of the resource (its API version, scope), as found when
+        the subscription started; ``None`` when it recorded nothing (an older reflector)."""
         try:
             self.shard_count, waited = self._find_shards(shard_count, wait, on_waiting)
             self.shards = tuple(
@@ -459,6 +462,7 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         publication = read_publication(
             self._client, prefix=self.prefix, resource=self.resource, shard_count=shard_count
         )
+        self.layout = publication.layout
         if publication.has_reflector:
             return True
         with self._client.pipeline(transaction=False) as pipe:

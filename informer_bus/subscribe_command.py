@@ -4,6 +4,11 @@ Deltas are printed as they arrive (JSON lines, or a table), one write per delta,
 sees each at once; a reader that went away (``| head``) ends it, even while no delta comes.
 With ``--group`` a delta is acknowledged only once it has been written and flushed: a
 subscriber killed at any point prints again, on its next start, what it might not have printed.
+
+``--output cloudevents`` prints CloudEvents instead (:mod:`informer_bus.cloudevents`), and
+``--sink URL`` POSTs them to a receiver instead of printing anything
+(:mod:`informer_bus.cloudevents_sink`): there a delta is acknowledged only once the receiver
+accepted it (2xx) or refused it for good.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ import dataclasses
 import itertools
 import os
 import select
+import signal
 import stat
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from types import FrameType
 from typing import IO, Any, Final
 
 import orjson
@@ -32,13 +41,23 @@ from common.settings import (
     add_flags,
     settings_from_args,
 )
+from informer_bus.cloudevents import EventMapper
+from informer_bus.cloudevents_sink import (
+    HttpSink,
+    SinkMode,
+    SinkOptions,
+    SinkStopped,
+    check_sink_url,
+)
 from informer_bus.subcommand import Subcommand
 from informer_bus.subscribe import (
     FROM_BEGINNING,
     FROM_NOW,
     VALID_TYPES,
+    StopSignal,
     SubscribedDelta,
     SubscribeError,
+    Subscription,
     UndecodableEntry,
     check_start,
     parse_types,
@@ -52,8 +71,11 @@ HELP: Final = (
     "Print a resource's deltas as they reach the bus, all shards merged, one per line "
     "(JSON lines by default); reads without joining the processors' consumer group."
 )
-_OUTPUTS: Final = ("json", "table")
+_OUTPUTS: Final = ("json", "table", "cloudevents")
+_SINK_MODES: Final = tuple(mode.value for mode in SinkMode)
 _EXIT_INTERRUPTED: Final = 130
+_PROGRESS_SECONDS: Final = 10.0
+"""How often a sink reports what it sent (stderr), when it sent anything since."""
 _EXIT_REDIS_LOST: Final = 1
 
 
@@ -68,7 +90,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "has published under the prefix is an error (exit 2, one line saying so) unless --wait "
         "is given: then one line on stderr says what it waits for, and the deltas start with "
         "the first one published. Exit status: 0 when stopped or done (--count), 1 when Redis "
-        "is lost, 2 for a mistake, 130 on Ctrl-C. The --redis-* flags and "
+        "is lost, 2 for a mistake, 130 on Ctrl-C (a --sink also stops on SIGTERM, exit 0). "
+        "The --redis-* flags and "
         "--prefix can also be set with the INFORMER_BUS_<NAME> environment variable shown in "
         "their help."
     )
@@ -112,11 +135,45 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         "-o",
-        default="json",
+        action="append",
         metavar="FORMAT",
         help="json (JSON lines: stream, shard, id, type, key, resourceVersion, uid, "
-        "observedAt, tombstone, object, initial) or table (time, shard, type, key, "
-        "resourceVersion); default json",
+        "observedAt, tombstone, object, initial), table (time, shard, type, key, "
+        "resourceVersion) or cloudevents (CloudEvents 1.0, structured-mode JSON lines; see "
+        "docs/cloudevents.md); default json",
+    )
+    sink = parser.add_argument_group(
+        "sending CloudEvents to an HTTP receiver (instead of printing; see docs/cloudevents.md)"
+    )
+    sink.add_argument(
+        "--sink",
+        metavar="URL",
+        help="POST each delta as a CloudEvent to this http(s) URL, one at a time, retrying "
+        "connection errors, timeouts, 408, 429 and 5xx with exponential backoff; another 4xx "
+        "skips the event (one line on stderr). With --group a delta is acknowledged only once "
+        "the receiver accepted it (at least once; dedupe by the event id); without it delivery "
+        "is best effort",
+    )
+    sink.add_argument(
+        "--sink-mode",
+        metavar="MODE",
+        help="binary (ce-* headers, the object as the body; default) or structured (the "
+        "whole event as application/cloudevents+json)",
+    )
+    sink.add_argument(
+        "--sink-timeout",
+        metavar="SECONDS",
+        help="seconds to connect and to wait for the answer before retrying (default 10)",
+    )
+    sink.add_argument(
+        "--sink-backoff",
+        metavar="SECONDS",
+        help="first retry delay; it doubles (with jitter) up to --sink-backoff-max (default 0.1)",
+    )
+    sink.add_argument(
+        "--sink-backoff-max",
+        metavar="SECONDS",
+        help="longest retry delay before jitter (default 10)",
     )
     parser.add_argument("--count", metavar="N", help="stop after N deltas (after filtering)")
     parser.add_argument(
@@ -142,6 +199,7 @@ class _Options:
     output: str
     count: int | None
     shards: int | None
+    sink: SinkOptions | None
 
 
 def _positive(flag: str, text: str | None) -> int | None:
@@ -182,15 +240,80 @@ def _options(args: argparse.Namespace) -> _Options:
         start = FROM_NOW
     else:
         start = None
-    if args.output not in _OUTPUTS:
-        raise SubscribeError(f"unknown output {args.output!r}; use {' or '.join(_OUTPUTS)}")
     return _Options(
         start=start,
         types=None if args.types is None else parse_types(args.types),
-        output=args.output,
+        output=_output(args.output, sink=args.sink),
         count=_positive("--count", args.count),
         shards=_positive("--shards", args.shards),
+        sink=_sink_options(args),
     )
+
+
+def _output(given: list[str] | None, *, sink: str | None) -> str:
+    for output in given or ():
+        if output not in _OUTPUTS:
+            raise SubscribeError(
+                f"unknown output {output!r}; use {', '.join(_OUTPUTS[:-1])} or {_OUTPUTS[-1]}"
+            )
+    chosen = list(dict.fromkeys(given or ()))
+    if len(chosen) > 1:
+        raise SubscribeError(
+            " and ".join(f"--output {output}" for output in chosen) + " exclude each other"
+        )
+    if chosen and sink is not None:
+        raise SubscribeError(
+            f"--output {chosen[0]} and --sink exclude each other: --sink sends the deltas as "
+            "CloudEvents instead of printing them"
+        )
+    return chosen[0] if chosen else "json"
+
+
+def _sink_options(args: argparse.Namespace) -> SinkOptions | None:
+    tuning = {
+        "--sink-mode": args.sink_mode,
+        "--sink-timeout": args.sink_timeout,
+        "--sink-backoff": args.sink_backoff,
+        "--sink-backoff-max": args.sink_backoff_max,
+    }
+    if args.sink is None:
+        given = [flag for flag, value in tuning.items() if value is not None]
+        if given:
+            raise SubscribeError(f"{given[0]} needs --sink URL")
+        return None
+    try:
+        url = check_sink_url(args.sink)
+    except ValueError as exc:
+        raise SubscribeError(str(exc)) from None
+    mode = args.sink_mode or SinkMode.BINARY.value
+    if mode not in _SINK_MODES:
+        raise SubscribeError(f"unknown --sink-mode {mode!r}; use {' or '.join(_SINK_MODES)}")
+    defaults = SinkOptions(url)
+    options = SinkOptions(
+        url,
+        SinkMode(mode),
+        timeout=_seconds("--sink-timeout", args.sink_timeout, defaults.timeout),
+        backoff=_seconds("--sink-backoff", args.sink_backoff, defaults.backoff),
+        backoff_max=_seconds("--sink-backoff-max", args.sink_backoff_max, defaults.backoff_max),
+    )
+    if options.backoff_max < options.backoff:
+        raise SubscribeError(
+            f"--sink-backoff-max ({options.backoff_max:g}) is below --sink-backoff "
+            f"({options.backoff:g})"
+        )
+    return options
+
+
+def _seconds(flag: str, text: str | None, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise SubscribeError(f"{flag} must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 class _ReaderGone:
@@ -255,7 +378,7 @@ def _table_line(delta: SubscribedDelta) -> str:
     )
 
 
-def _print_deltas(deltas: Iterator[SubscribedDelta], output: str) -> None:
+def _print_deltas(deltas: Iterator[SubscribedDelta], output: str, mapper: EventMapper) -> None:
     out = sys.stdout.buffer
     if output == "table":
         out.write(_TABLE_HEADER.encode() + b"\n")
@@ -265,7 +388,8 @@ def _print_deltas(deltas: Iterator[SubscribedDelta], output: str) -> None:
             out.flush()
         return
     for delta in deltas:
-        out.write(orjson.dumps(delta.as_json_dict(), option=orjson.OPT_APPEND_NEWLINE))
+        line = mapper.structured(delta) if output == "cloudevents" else delta.as_json_dict()
+        out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
         out.flush()
 
 
@@ -284,6 +408,46 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         options = _options(args)
     except (SettingsError, SubscribeError) as exc:
         return fail(PROGRAM, str(exc))
+    if options.sink is None:
+        return _subscribe_and(
+            args,
+            settings=settings,
+            connection=connection,
+            options=options,
+            stop=reader_gone,
+            reader_gone=reader_gone,
+        )
+    if args.group is None:
+        _say(
+            "warning: --sink without --group is best effort: an event being retried when it "
+            "stops is lost, and a restart starts from --from-now (or the --from-* given), "
+            "missing what was published meanwhile; --group NAME delivers at least once"
+        )
+    signals = _StopOnSignals()
+    signals.install()
+    try:
+        return _subscribe_and(
+            args,
+            settings=settings,
+            connection=connection,
+            options=options,
+            stop=signals,
+            reader_gone=reader_gone,
+        )
+    finally:
+        signals.restore()
+
+
+def _subscribe_and(
+    args: argparse.Namespace,
+    *,
+    settings: SubscribeSettings,
+    connection: dict[str, Any],
+    options: _Options,
+    stop: StopSignal,
+    reader_gone: _ReaderGone,
+) -> int:
+    """Subscribe, then print the deltas or send them to the sink; the exit status."""
     try:
         subscription = subscribe(
             settings.redis.url,
@@ -294,7 +458,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             shard_count=options.shards,
             prefix=settings.prefix,
-            stop=reader_gone,
+            stop=stop,
             on_undecodable=_warn_undecodable,
             connection=connection,
             cluster=settings.redis.cluster,
@@ -308,9 +472,14 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
         return fail(PROGRAM, f"cannot read {redis_location(settings.redis)}: {reason}")
     # The errors are caught outside the with block: leaving it by an exception is what keeps a
     # durable subscriber from acknowledging the delta it failed to write.
+    if options.sink is not None:
+        assert isinstance(stop, _StopOnSignals)
+        return _send(subscription, options.sink, options.count, stop)
+    mapper = EventMapper(subscription.resource, subscription.layout)
     try:
         with subscription:
-            _print_deltas(itertools.islice(subscription, options.count), options.output)
+            deltas = itertools.islice(subscription, options.count)
+            _print_deltas(deltas, options.output, mapper)
     except BrokenPipeError:
         _silence_stdout()
         return 0
@@ -320,6 +489,71 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
     if reader_gone.is_set():
         _silence_stdout()
     return 0
+
+
+def _send(
+    subscription: Subscription, options: SinkOptions, count: int | None, stop: _StopOnSignals
+) -> int:
+    """POST every delta to the sink; leaving the ``with`` block by :class:`SinkStopped` keeps
+    the event in hand unacknowledged (a durable subscriber sends it again on its next start)."""
+    mapper = EventMapper(subscription.resource, subscription.layout)
+    sink = HttpSink(options, stop=stop.event, say=_say)
+    _say(f"sink: sending {subscription.resource} deltas to {options.url} ({options.mode} mode)")
+    try:
+        with subscription:
+            _deliver_all(itertools.islice(subscription, count), mapper, sink)
+    except SinkStopped as exc:
+        _say(f"sink: stopped before event {exc} was accepted: not acknowledged")
+    except redis.RedisError as exc:
+        print(f"{PROGRAM}: error: lost Redis: {exc}", file=sys.stderr)
+        return _EXIT_REDIS_LOST
+    finally:
+        sink.close()
+        _say(sink.stats.summary())
+    return _EXIT_INTERRUPTED if stop.signum == signal.SIGINT else 0
+
+
+def _deliver_all(deltas: Iterator[SubscribedDelta], mapper: EventMapper, sink: HttpSink) -> None:
+    report_at = time.monotonic() + _PROGRESS_SECONDS
+    reported = sink.stats.sent + sink.stats.refused
+    for delta in deltas:
+        sink.deliver(mapper.structured(delta))
+        now = time.monotonic()
+        if now >= report_at:
+            report_at = now + _PROGRESS_SECONDS
+            done = sink.stats.sent + sink.stats.refused
+            if done != reported:
+                reported = done
+                _say(sink.stats.summary())
+
+
+def _say(line: str) -> None:
+    print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
+
+
+class _StopOnSignals:
+    """SIGINT and SIGTERM only ask a sink to stop: a POST in flight is finished (its answer
+    decides whether the delta is acknowledged) instead of being cut by ``KeyboardInterrupt``."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
 
 
 SUBSCRIBE: Final = Subcommand(name="subscribe", help=HELP, configure=configure_parser, run=run)

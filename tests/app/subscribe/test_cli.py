@@ -175,7 +175,7 @@ def test_unknown_resource_and_unreachable_redis_are_one_line_errors(
         (["--from-id", "1-2-3"], "invalid stream entry ID"),
         (["--from-beginning", "--from-now"], "--from-beginning and --from-now exclude"),
         (["--type", "Added,Modified"], "unknown delta type 'Modified'; use Added, Updated"),
-        (["--output", "yaml"], "unknown output 'yaml'; use json or table"),
+        (["--output", "yaml"], "unknown output 'yaml'; use json, table or cloudevents"),
         (["--count", "0"], "--count must be an integer >= 1"),
         (["--shards", "many"], "--shards must be an integer >= 1"),
         (["--prefix", "a b"], "invalid key prefix"),
