@@ -159,7 +159,19 @@ def prepare_create(
     if resource is not None and resource.kind == "Namespace":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}
+    if resource.kind == "Pod" and not obj.get("status"):
+        # What the pod strategy stores before a scheduler or kubelet has seen the pod.
+        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj.get("spec"))}
     return obj
+
+
+def _qos_class(spec: Any) -> str:
+    """BestEffort without any request or limit, else Burstable (Guaranteed is not told)."""
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for container in containers if isinstance(containers, list) else ():
+        if isinstance(container, dict) and container.get("resources"):
+            return "Burstable"
+    return "BestEffort"
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import orjson
 from informer_bus.apiserver_sim import objects
 from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
+from informer_bus.apiserver_sim.fixtures import wall_timestamp
 from informer_bus.apiserver_sim.lists import list_body, selectors
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
@@ -338,6 +339,9 @@ class HttpFront:
         verb = "deletecollection" if method == "DELETE" and not route.name else _VERBS[method]
         self.conflicts.record(resource, verb, error.reason)
 
+    def _now(self) -> str:
+        return wall_timestamp(self.state.wall_clock())
+
     @staticmethod
     def _manager(h: _Handler, query: dict[str, str]) -> str:
         manager = query.get("fieldManager")
@@ -372,7 +376,7 @@ class HttpFront:
             raise NotFoundPath()
         body = self._json_body(raw)
         obj = objects.prepare_create(
-            route.resource, body, route.namespace or "", self._manager(h, query)
+            route.resource, body, route.namespace or "", self._manager(h, query), when=self._now()
         )
         stored = self.state.create(route.resource, obj)
         self._send(h, 201, stored.raw)
@@ -384,12 +388,13 @@ class HttpFront:
         resource = route.resource
         manager = self._manager(h, query)
         scope = _scope(route)
+        when = self._now()
         metadata = body.get("metadata")
         given = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
 
         def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             _check_version(route, given, old)
-            new = objects.prepare_update(resource, old, body, manager, scope=scope)
+            new = objects.prepare_update(resource, old, body, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
@@ -401,6 +406,7 @@ class HttpFront:
         resource = route.resource
         manager = self._manager(h, query)
         scope = _scope(route)
+        when = self._now()
         accepted = ["application/json-patch+json", "application/merge-patch+json"]
         if not resource.custom:
             accepted.append("application/strategic-merge-patch+json")
@@ -421,7 +427,7 @@ class HttpFront:
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patch removed the object's metadata")
             _check_version(route, new["metadata"].get("resourceVersion"), old)
-            new = objects.prepare_update(resource, old, new, manager, scope=scope)
+            new = objects.prepare_update(resource, old, new, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
         stored = self.state.update(resource, route.key(), mutate)
