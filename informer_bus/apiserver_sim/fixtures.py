@@ -316,7 +316,10 @@ def make_pod(
             }
         ],
     }
-    set_pod_phase(status, phase, wall_timestamp(born + 1 + index % 7))
+    # Started a few seconds after creation; a container that restarted did so at a point
+    # of the pod's life drawn from its index (no draw from the seed's stream).
+    restarted = born + (now - born) * ((index * 40503 % 1000) / 1000)
+    set_pod_phase(status, phase, wall_timestamp(born + 1 + index % 7), wall_timestamp(restarted))
     metadata: dict[str, Any] = {
         "name": name,
         "generateName": f"{replica_set}-",
@@ -345,12 +348,14 @@ def make_pod(
     return pod
 
 
-def set_pod_phase(status: dict[str, Any], phase: Any, when: str) -> None:
+def set_pod_phase(
+    status: dict[str, Any], phase: Any, when: str, restarted: str | None = None
+) -> None:
     """Make a pod's conditions and container states agree with ``phase`` (written ``when``),
     as a kubelet reports them: Running pods have ready, running containers; Pending ones
     wait in ContainerCreating; Succeeded and Failed ones have terminated containers (exit 0,
-    "Completed"; exit 1, "Error"). A container that restarted keeps its last termination.
-    Unknown phases only set ``phase``."""
+    "Completed"; exit 1, "Error"). A container that restarted keeps its last termination
+    (at ``restarted``, default ``when``). Unknown phases only set ``phase``."""
     status["phase"] = phase
     ready = phase == "Running"
     for condition in status.get("conditions") or ():
@@ -362,7 +367,8 @@ def set_pod_phase(status: dict[str, Any], phase: Any, when: str) -> None:
         container["ready"] = ready
         container["started"] = ready
         if phase == "Running":
-            container["state"] = {"running": {"startedAt": when}}
+            started = restarted if restarted and container.get("restartCount") else when
+            container["state"] = {"running": {"startedAt": started}}
         elif phase == "Pending":
             container["state"] = {"waiting": {"reason": "ContainerCreating"}}
         elif phase in ("Succeeded", "Failed"):
@@ -373,7 +379,8 @@ def set_pod_phase(status: dict[str, Any], phase: Any, when: str) -> None:
                 "containerID": container.get("containerID", ""),
             }}  # fmt: skip
         if container.get("restartCount") and "lastState" not in container:
+            at = restarted or when
             container["lastState"] = {"terminated": {
-                "exitCode": 137, "reason": "OOMKilled", "startedAt": when, "finishedAt": when,
+                "exitCode": 137, "reason": "OOMKilled", "startedAt": when, "finishedAt": at,
                 "containerID": container.get("containerID", ""),
             }}  # fmt: skip

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from informer_bus.apiserver_sim import objects
+from informer_bus.apiserver_sim import objects, tables
 from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.fixtures import wall_timestamp
@@ -361,13 +361,41 @@ class HttpFront:
 
     def _get(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         obj = self.state.get(route.resource, route.key())
-        self._send(h, 200, obj.raw)
+        version = tables.wants_table(h.headers.get("Accept") or "")
+        if version is None or route.subresource is not None:
+            self._send(h, 200, obj.raw)
+            return
+        meta = {"resourceVersion": str(obj.rv)}
+        self._send_table(h, route, [obj.decode()], meta, query=query, version=version)
 
     def _list_or_watch(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         if route.watch:
             self._watches.serve(h, route, query)
-        else:
-            self._send(h, 200, list_body(self.state, self.settings, route, query))
+            return
+        body = list_body(self.state, self.settings, route, query)
+        version = tables.wants_table(h.headers.get("Accept") or "")
+        if version is None:
+            self._send(h, 200, body)
+            return
+        page = orjson.loads(body)
+        self._send_table(h, route, page["items"], page["metadata"], query=query, version=version)
+
+    def _send_table(
+        self,
+        h: _Handler,
+        route: Route,
+        items: list[dict[str, Any]],
+        meta: dict[str, Any],
+        *,
+        query: dict[str, str],
+        version: str,
+    ) -> None:
+        """What ``kubectl get`` asks for: the objects as a Table (see :mod:`.tables`)."""
+        doc = tables.table(
+            route.resource, items, meta, now=self.state.wall_clock(),
+            include_object=query.get("includeObject", ""), version=version,
+        )  # fmt: skip
+        self._send_json(h, 200, doc)
 
     # ------------------------------------------------------------ writes
 
