@@ -30,6 +30,7 @@ from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.fixtures import wall_timestamp
 from informer_bus.apiserver_sim.lists import list_body, selectors
+from informer_bus.apiserver_sim.openapi import openapi_v3
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
@@ -52,7 +53,6 @@ ControlHandler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int,
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 """The Kubernetes verb of a request by HTTP method (a collection's DELETE is
 ``deletecollection``)."""
-_MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -302,6 +302,12 @@ class HttpFront:
 
     def _api(self, h: _Handler, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         segs = [s for s in path.split("/") if s]
+        if method == "GET" and segs[:1] == ["openapi"]:
+            body = openapi_v3(segs)
+            if body is None:
+                raise NotFoundPath()
+            self._send(h, 200, body)
+            return
         if method == "GET":
             doc = discovery(segs, f"{self.settings.host}:{self.port}")
             if doc is not None:
@@ -443,10 +449,10 @@ class HttpFront:
                 415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                 f"accepted media types include: {', '.join(accepted)}",
             )  # fmt: skip
-        apply: Callable[[Any, Any], Any] = (
-            objects.apply_merge_patch if content_type in _MERGE_PATCHES
-            else objects.apply_json_patch
-        )  # fmt: skip
+        apply: Callable[[Any, Any], Any] = {
+            "application/merge-patch+json": objects.apply_merge_patch,
+            "application/strategic-merge-patch+json": objects.apply_strategic_merge_patch,
+        }.get(content_type, objects.apply_json_patch)
 
         def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             # The patch applies to the whole stored object (a status patch may carry a
