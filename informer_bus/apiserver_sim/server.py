@@ -36,6 +36,7 @@ from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import (
     ApiError,
+    already_exists,
     bad_request,
     conflict,
     delete_success,
@@ -412,6 +413,14 @@ class HttpFront:
         obj = objects.prepare_create(
             route.resource, body, route.namespace or "", self._manager(h, query), when=self._now()
         )
+        if _dry_run(query):
+            try:
+                self.state.get(route.resource, objects.key_of(route.resource, obj))
+            except ApiError:
+                self._send_json(h, 201, obj)
+                return
+            raise already_exists(route.resource.plural, obj["metadata"]["name"],
+                                 route.resource.group)  # fmt: skip
         stored = self.state.create(route.resource, obj)
         self._send(h, 201, stored.raw)
 
@@ -431,8 +440,7 @@ class HttpFront:
             new = objects.prepare_update(resource, old, body, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
-        stored = self.state.update(resource, route.key(), mutate)
-        self._send(h, 200, stored.raw)
+        self._send(h, 200, self._update(route, mutate, dry=_dry_run(query)))
 
     def _patch(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -464,8 +472,25 @@ class HttpFront:
             new = objects.prepare_update(resource, old, new, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
-        stored = self.state.update(resource, route.key(), mutate)
-        self._send(h, 200, stored.raw)
+        self._send(h, 200, self._update(route, mutate, dry=_dry_run(query)))
+
+    def _update(
+        self,
+        route: Route,
+        mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        dry: bool,
+    ) -> bytes:
+        """The stored object after ``mutate`` (see :meth:`ClusterState.update`); a dry run
+        answers what would be stored and stores nothing."""
+        if not dry:
+            return self.state.update(route.resource, route.key(), mutate).raw
+        old = self.state.get(route.resource, route.key())
+        new = mutate(old.decode())
+        if new is None:
+            return old.raw
+        new["metadata"]["resourceVersion"] = str(old.rv)
+        return orjson.dumps(new)
 
     def _delete(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         resource = route.resource
@@ -483,7 +508,11 @@ class HttpFront:
                 raise conflict(resource.plural, name, resource.group,
                                "the UID in the precondition does not match")  # fmt: skip
 
-        stored = self.state.delete(resource, route.key(), check)
+        if _dry_run(query):
+            stored = self.state.get(resource, route.key())
+            check(stored.decode_metadata())
+        else:
+            stored = self.state.delete(resource, route.key(), check)
         if resource.returns_deleted_object:
             self._send(h, 200, stored.raw)
         else:
@@ -508,6 +537,17 @@ class HttpFront:
              "metadata": {"resourceVersion": str(self.state.resource_version)}}
         )  # fmt: skip
         self._send(h, 200, head[:-1] + b',"items":[' + b",".join(deleted) + b"]}")
+
+
+def _dry_run(query: dict[str, str]) -> bool:
+    """Whether the write is a server-side dry run (``dryRun=All``): checked and answered as
+    if done, but nothing is stored (``kubectl apply --dry-run=server``)."""
+    value = query.get("dryRun")
+    if value is None or value == "":
+        return False
+    if value != "All":
+        raise bad_request(f'Invalid dry run argument: "{value}" (only "All" is supported)')
+    return True
 
 
 def _scope(route: Route) -> objects.Scope:
