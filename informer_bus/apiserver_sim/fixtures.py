@@ -292,6 +292,7 @@ def make_pod(
             },
         ],
     }
+    restarts = rng.randrange(3)  # drawn even for a fresh pod: the stream stays the same
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": [
@@ -310,7 +311,7 @@ def make_pod(
                 "imageID": f"{image}@sha256:{_word(rng, 64, _HEX)}",
                 "containerID": f"containerd://{_word(rng, 64, _HEX)}",
                 "ready": True,
-                "restartCount": rng.randrange(3),
+                "restartCount": 0 if fresh else restarts,
                 "started": True,
                 "state": {"running": {"startedAt": created}},
             }
@@ -318,7 +319,7 @@ def make_pod(
     }
     # Started a few seconds after creation; a container that restarted did so at a point
     # of the pod's life drawn from its index (no draw from the seed's stream).
-    restarted = born + (now - born) * ((index * 40503 % 1000) / 1000)
+    restarted = born + (now - born) * (((index + 1) * 40503 % 1000) / 1000)
     set_pod_phase(status, phase, wall_timestamp(born + 1 + index % 7), wall_timestamp(restarted))
     metadata: dict[str, Any] = {
         "name": name,
