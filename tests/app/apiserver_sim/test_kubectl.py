@@ -121,6 +121,10 @@ def test_wide_pods_and_the_nodes_they_run_on(sim: Simulator, kubectl: Kubectl) -
     assert all(_AGE.match(n["AGE"]) and n["VERSION"].startswith("v1.") for n in nodes)
     wide = _table(kubectl("get", "nodes", "-o", "wide"))
     assert all(re.fullmatch(r"192\.168\.\d+\.\d+", n["INTERNAL-IP"]) for n in wide)
+    # Pods are in the "all" category, as on a real cluster.
+    assert {r["NAME"].removeprefix("pod/") for r in _table(kubectl("get", "all", "-A"))} == set(
+        pods
+    )
     one = nodes[0]["NAME"]
     assert _table(kubectl("get", "node", one))[0]["NAME"] == one
 
