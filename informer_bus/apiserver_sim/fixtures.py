@@ -3,13 +3,21 @@
 A pod looks like one a Deployment made and the kubelet reports on (~3 KB of JSON with
 ownerReferences, two managedFields entries, container specs and statuses), because reflector
 and bus costs scale with object size: tiny fixtures would flatter every benchmark. Everything
-is drawn from the ``random.Random`` passed in, so a seed reproduces the same objects.
+is drawn from the ``random.Random`` passed in, so a seed reproduces the same objects; times
+count back from the ``now`` passed in (the store's wall clock), so with a fixed clock a seed
+reproduces the same bytes too, and on a real clock ``kubectl get`` shows plausible ages.
+
+Populated objects (``fresh=False``) are spread over the last three weeks, older ones rarer,
+inside namespaces and on nodes that are older still; ``fresh`` ones (churn's creates) are
+created ``now``. A pod's container states agree with its phase (:func:`set_pod_phase`), so the
+READY, STATUS and RESTARTS columns of ``kubectl get pods`` mean something.
 """
 
 from __future__ import annotations
 
 import functools
 import random
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,9 +33,20 @@ from informer_bus.apiserver_sim.resources import (
     ResourceType,
 )
 
-__all__ = ["FIXTURE_EPOCH", "fake_time", "make_object", "namespace_names"]
+__all__ = [
+    "make_object",
+    "namespace_names",
+    "node_names",
+    "set_pod_phase",
+    "wall_timestamp",
+]
 
-FIXTURE_EPOCH = 1_717_200_000  # 2024-06-01: fixture timestamps count from here, not the clock
+_POD_SPREAD = 21 * 86400.0
+"""Populated pods were created within this many seconds before ``now``."""
+NAMESPACE_AGE = 45 * 86400.0
+"""How long before ``now`` populated namespaces were created (before any populated pod)."""
+NODE_AGE = 60 * 86400.0
+"""How long before ``now`` the first node joined (nodes join an hour apart after it)."""
 _APPS = ("checkout", "cart", "catalog", "payments", "search", "auth", "gateway", "ledger")
 _TIERS = ("frontend", "backend", "cache", "batch")
 _ENVS = ("prod", "staging", "dev")
@@ -36,21 +55,34 @@ _ALNUM = "bcdfghjklmnpqrstvwxz2456789"
 
 
 @functools.lru_cache(maxsize=1024)
-def _fake_day(days: int) -> str:
+def _day(days: int) -> str:
     return datetime.fromtimestamp(days * 86400, UTC).strftime("%Y-%m-%d")
 
 
-def fake_time(offset_seconds: int) -> str:
-    """A timestamp ``offset_seconds`` after :data:`FIXTURE_EPOCH`, RFC 3339 (the churn
-    generator stamps one per update, so the date part is cached)."""
-    days, seconds = divmod(FIXTURE_EPOCH + int(offset_seconds), 86400)
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
-    return f"{_fake_day(days)}T{hours:02d}:{minutes:02d}:{seconds:02d}Z"
+def wall_timestamp(seconds: float) -> str:
+    """``seconds`` since the Unix epoch as RFC 3339 at second precision, like ``metav1.Time``
+    (the churn generator stamps one per update, so the date part is cached)."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, rest = divmod(rest, 60)
+    return f"{_day(days)}T{hours:02d}:{minutes:02d}:{rest:02d}Z"
+
+
+def _spread(index: int) -> float:
+    """How long before ``now`` populated object ``index`` was created: a hash of the index
+    (no draw from the seed's stream, which names and contents depend on), cubed so that
+    recent objects are the common case, as in a cluster that rolls out every few days."""
+    fraction = ((index * 2654435761 + 12345) % 4294967296) / 4294967296
+    return 120.0 + _POD_SPREAD * fraction**3
 
 
 def namespace_names(count: int) -> list[str]:
     return [f"ns-{i:02d}" for i in range(count)]
+
+
+def node_names(count: int) -> list[str]:
+    """The names populated pods are scheduled on (``spec.nodeName``)."""
+    return [f"node-{i:04d}" for i in range(count)]
 
 
 def _word(rng: random.Random, n: int, alphabet: str = _ALNUM) -> str:
@@ -60,12 +92,22 @@ def _word(rng: random.Random, n: int, alphabet: str = _ALNUM) -> str:
 
 
 def make_object(
-    resource: ResourceType, rng: random.Random, index: int, namespace: str, nodes: int = 50
+    resource: ResourceType,
+    rng: random.Random,
+    index: int,
+    namespace: str,
+    nodes: int = 50,
+    *,
+    now: float | None = None,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """Object number ``index`` of ``resource`` in ``namespace`` ('' for cluster-scoped)."""
+    """Object number ``index`` of ``resource`` in ``namespace`` ('' for cluster-scoped), as
+    it stands at ``now`` (default: the clock); ``fresh``: created at ``now``."""
+    if now is None:
+        now = time.time()
     if resource is PODS:
-        return make_pod(rng, index, namespace, nodes)
-    created = fake_time(index)
+        return make_pod(rng, index, namespace, nodes, now=now, fresh=fresh)
+    created = wall_timestamp(now if fresh else now - _age(resource, index))
     meta: dict[str, Any] = {
         "name": "",
         "uid": new_uid(rng),
@@ -85,23 +127,7 @@ def make_object(
         obj["data"] = {"password": _word(rng, 32)}
     elif resource is NODES:
         meta["name"] = f"node-{index:04d}"
-        obj["spec"] = {"podCIDR": f"10.{index // 256 % 256}.{index % 256}.0/24"}
-        obj["status"] = {
-            "capacity": {"cpu": "16", "memory": "65842168Ki", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": created}],
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": new_uid(rng),
-                "containerRuntimeVersion": "containerd://1.7.20",
-                "kernelVersion": "6.1.0-23-cloud-amd64",
-                "kubeProxyVersion": "v1.31.0",
-                "kubeletVersion": "v1.31.0",
-                "machineID": _word(rng, 32, _HEX),
-                "operatingSystem": "linux",
-                "osImage": "Debian GNU/Linux 12 (bookworm)",
-                "systemUUID": new_uid(rng),
-            },
-        }
+        _fill_node(obj, meta, rng, index, now)
     elif resource is NAMESPACES:
         meta["name"] = f"ns-{index:02d}"
         obj["spec"] = {"finalizers": ["kubernetes"]}
@@ -141,8 +167,64 @@ def _managed(manager: str, obj: Any, when: str, subresource: str = "") -> dict[s
     return entry
 
 
-def make_pod(rng: random.Random, index: int, namespace: str, nodes: int = 50) -> dict[str, Any]:
-    """A Deployment-owned, scheduled pod with kubelet status."""
+def _fill_node(
+    obj: dict[str, Any], meta: dict[str, Any], rng: random.Random, index: int, now: float
+) -> None:
+    """A ready worker node's labels, spec and kubelet status."""
+    name = meta["name"]
+    created = meta["creationTimestamp"]
+    obj["spec"] = {"podCIDR": f"10.{index // 256 % 256}.{index % 256}.0/24"}
+    meta["labels"].update({
+        "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+    })  # fmt: skip
+    address = f"192.168.{index // 250 % 256}.{index % 250 + 2}"
+    obj["status"] = {
+        "addresses": [{"type": "InternalIP", "address": address},
+                      {"type": "Hostname", "address": name}],
+        "allocatable": {"cpu": "15890m", "memory": "63221240Ki", "pods": "110"},
+        "capacity": {"cpu": "16", "memory": "65842168Ki", "pods": "110"},
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": wall_timestamp(now - 10.0), "lastTransitionTime": created,
+        }],
+        "nodeInfo": {
+            "architecture": "amd64",
+            "bootID": new_uid(rng),
+            "containerRuntimeVersion": "containerd://1.7.20",
+            "kernelVersion": "6.1.0-23-cloud-amd64",
+            "kubeProxyVersion": "v1.31.0",
+            "kubeletVersion": "v1.31.0",
+            "machineID": _word(rng, 32, _HEX),
+            "operatingSystem": "linux",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "systemUUID": new_uid(rng),
+        },
+    }  # fmt: skip
+
+
+def _age(resource: ResourceType, index: int) -> float:
+    """How long before ``now`` populated object ``index`` of ``resource`` was created."""
+    if resource is NODES:
+        return NODE_AGE - 3600.0 * (index % 720)  # an hour apart, over 30 days at most
+    if resource is NAMESPACES:
+        return NAMESPACE_AGE - 60.0 * (index % 1440)
+    return _spread(index)
+
+
+def make_pod(
+    rng: random.Random,
+    index: int,
+    namespace: str,
+    nodes: int = 50,
+    *,
+    now: float | None = None,
+    fresh: bool = False,
+) -> dict[str, Any]:
+    """A Deployment-owned, scheduled pod with kubelet status (see :func:`make_object`)."""
+    if now is None:
+        now = time.time()
+    born = now if fresh else now - _spread(index)
     app = rng.choice(_APPS)
     template_hash = _word(rng, 10)
     replica_set = f"{app}-{template_hash}"
@@ -150,7 +232,7 @@ def make_pod(rng: random.Random, index: int, namespace: str, nodes: int = 50) ->
     node = f"node-{rng.randrange(nodes):04d}"
     pod_ip = f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
     phase = rng.choices(("Running", "Pending", "Succeeded", "Failed"), (85, 8, 5, 2))[0]
-    created = fake_time(index)
+    created = wall_timestamp(born)
     image = f"registry.example.com/{app}:v{rng.randrange(1, 40)}.{rng.randrange(10)}.0"
     labels = {
         "app": app,
@@ -210,17 +292,12 @@ def make_pod(rng: random.Random, index: int, namespace: str, nodes: int = 50) ->
             },
         ],
     }
-    ready = "True" if phase == "Running" else "False"
+    restarts = rng.randrange(3)  # drawn even for a fresh pod: the stream stays the same
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": [
-            {"type": t, "status": s, "lastProbeTime": None, "lastTransitionTime": created}
-            for t, s in (
-                ("Initialized", "True"),
-                ("Ready", ready),
-                ("ContainersReady", ready),
-                ("PodScheduled", "True"),
-            )
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": created}
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
         ],
         "hostIP": f"192.168.{rng.randrange(256)}.{rng.randrange(1, 255)}",
         "podIP": pod_ip,
@@ -233,13 +310,17 @@ def make_pod(rng: random.Random, index: int, namespace: str, nodes: int = 50) ->
                 "image": image,
                 "imageID": f"{image}@sha256:{_word(rng, 64, _HEX)}",
                 "containerID": f"containerd://{_word(rng, 64, _HEX)}",
-                "ready": phase == "Running",
-                "restartCount": rng.randrange(3),
-                "started": phase == "Running",
+                "ready": True,
+                "restartCount": 0 if fresh else restarts,
+                "started": True,
                 "state": {"running": {"startedAt": created}},
             }
         ],
     }
+    # Started a few seconds after creation; a container that restarted did so at a point
+    # of the pod's life drawn from its index (no draw from the seed's stream).
+    restarted = born + (now - born) * (((index + 1) * 40503 % 1000) / 1000)
+    set_pod_phase(status, phase, wall_timestamp(born + 1 + index % 7), wall_timestamp(restarted))
     metadata: dict[str, Any] = {
         "name": name,
         "generateName": f"{replica_set}-",
@@ -266,3 +347,41 @@ def make_pod(rng: random.Random, index: int, namespace: str, nodes: int = 50) ->
     ]
     pod["status"] = status
     return pod
+
+
+def set_pod_phase(
+    status: dict[str, Any], phase: Any, when: str, restarted: str | None = None
+) -> None:
+    """Make a pod's conditions and container states agree with ``phase`` (written ``when``),
+    as a kubelet reports them: Running pods have ready, running containers; Pending ones
+    wait in ContainerCreating; Succeeded and Failed ones have terminated containers (exit 0,
+    "Completed"; exit 1, "Error"). A container that restarted keeps its last termination
+    (at ``restarted``, default ``when``). Unknown phases only set ``phase``."""
+    status["phase"] = phase
+    ready = phase == "Running"
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") in ("Ready", "ContainersReady"):
+            condition["status"] = "True" if ready else "False"
+    for container in status.get("containerStatuses") or ():
+        if not isinstance(container, dict):
+            continue
+        container["ready"] = ready
+        container["started"] = ready
+        if phase == "Running":
+            started = restarted if restarted and container.get("restartCount") else when
+            container["state"] = {"running": {"startedAt": started}}
+        elif phase == "Pending":
+            container["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        elif phase in ("Succeeded", "Failed"):
+            code = 0 if phase == "Succeeded" else 1
+            container["state"] = {"terminated": {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "startedAt": when, "finishedAt": when,
+                "containerID": container.get("containerID", ""),
+            }}  # fmt: skip
+        if container.get("restartCount") and "lastState" not in container:
+            at = restarted or when
+            container["lastState"] = {"terminated": {
+                "exitCode": 137, "reason": "OOMKilled", "startedAt": when, "finishedAt": at,
+                "containerID": container.get("containerID", ""),
+            }}  # fmt: skip

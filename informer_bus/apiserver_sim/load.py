@@ -2,7 +2,8 @@
 ({key: resourceVersion}) an informer that kept up must end with.
 
 Determinism: with the same seed and the same starting state (and no other writers), populate
-and churn perform the same operations on the same keys, so the same ground truth comes out.
+and churn perform the same operations on the same keys, so the same ground truth comes out;
+with a fixed wall clock (``ClusterState.wall_clock``) the same bytes too.
 Pacing only decides *when* an operation happens, never *which*.
 
 Speed: the live watch benchmark is bounded by how fast churn writes, on the same GIL as the
@@ -19,12 +20,17 @@ import math
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from informer_bus.apiserver_sim.fixtures import fake_time, make_object, namespace_names
-from informer_bus.apiserver_sim.resources import NAMESPACES, PODS, ResourceType
+from informer_bus.apiserver_sim.fixtures import (
+    make_object,
+    namespace_names,
+    set_pod_phase,
+    wall_timestamp,
+)
+from informer_bus.apiserver_sim.resources import NAMESPACES, NODES, PODS, ResourceType
 from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import ApiError
 
@@ -34,11 +40,13 @@ __all__ = [
     "DEFAULT_MIX",
     "ChurnStats",
     "churn",
+    "ensure_nodes",
     "populate",
 ]
 
 DEFAULT_MIX: Mapping[str, float] = {"create": 0.2, "update": 0.6, "delete": 0.2}
 _BATCH = 32  # most operations per store lock hold (~1 ms of work)
+_POPULATE_CHUNK = 2000  # objects generated, then stored, at a time (bounded memory)
 
 
 @dataclass(frozen=True)
@@ -74,9 +82,27 @@ def _ensure_namespaces(state: ClusterState, names: list[str]) -> None:
     for i, name in enumerate(names):
         if name in existing:
             continue
-        obj = make_object(NAMESPACES, random.Random(name), i, "")
+        obj = make_object(NAMESPACES, random.Random(name), i, "", now=state.wall_clock())
         obj["metadata"]["name"] = name
         state.create(NAMESPACES, obj)
+
+
+def ensure_nodes(state: ClusterState, names: Iterable[str]) -> int:
+    """Create the Nodes named that do not exist yet (``node-0007`` is node number 7): the
+    nodes populated and churned pods are scheduled on (``spec.nodeName``) are listed by
+    ``kubectl get nodes`` like a real cluster's. Returns how many were created."""
+    existing = state.current(NODES)
+    created = 0
+    for name in sorted(set(names)):
+        if name in existing:
+            continue
+        index = int(name.rsplit("-", 1)[-1]) if name.rsplit("-", 1)[-1].isdigit() else 0
+        obj = make_object(NODES, random.Random(name), index, "", now=state.wall_clock())
+        obj["metadata"]["name"] = name
+        obj["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        state.create(NODES, obj)
+        created += 1
+    return created
 
 
 def populate(
@@ -98,12 +124,17 @@ def populate(
     if resource.namespaced:
         _ensure_namespaces(state, ns_names)
     first = len(state.current(resource)) if start_index is None else start_index
-
-    def objects() -> Any:
-        for i in range(first, first + count):
-            yield make_object(resource, rng, i, ns_names[i % len(ns_names)])
-
-    return state.create_many(resource, objects())
+    now = state.wall_clock()
+    created = 0
+    for start in range(first, first + count, _POPULATE_CHUNK):
+        batch = [
+            make_object(resource, rng, i, ns_names[i % len(ns_names)], now=now)
+            for i in range(start, min(start + _POPULATE_CHUNK, first + count))
+        ]
+        if resource is PODS:  # the nodes first, as the pods were scheduled on them
+            ensure_nodes(state, (pod["spec"]["nodeName"] for pod in batch))
+        created += state.create_many(resource, batch)
+    return created
 
 
 CHURN_ANNOTATION = "sim.informer-bus.io/churn"
@@ -117,7 +148,7 @@ _TIERS = ("frontend", "backend", "cache", "batch")
 _PHASES = ("Running", "Pending", "Succeeded", "Failed")
 
 
-def _touch(metadata: dict[str, Any], step: int, tier: str | None, stamp: bool) -> None:
+def _touch(metadata: dict[str, Any], step: int, tier: str | None, stamp: bool, when: str) -> None:
     """The metadata part of a churn update: a step annotation, sometimes a new ``tier``
     label, and the first managedFields entry re-stamped (its writer "applied" again).
 
@@ -137,7 +168,7 @@ def _touch(metadata: dict[str, Any], step: int, tier: str | None, stamp: bool) -
         labels["tier"] = tier
     managed = metadata.get("managedFields")
     if isinstance(managed, list) and managed and isinstance(managed[0], dict):
-        managed[0]["time"] = fake_time(step)
+        managed[0]["time"] = when
 
 
 class _Churner:
@@ -170,6 +201,7 @@ class _Churner:
         if resource.namespaced:
             _ensure_namespaces(state, self.ns_names)
         self.keys = state.sorted_keys(resource)
+        self.nodes = set(state.current(NODES)) if resource is PODS else set()
         self.counts = {"create": 0, "update": 0, "delete": 0}
         self.next_index = 10_000_000 + self.rng.randrange(1_000_000) * 100
         self.step = 0
@@ -180,15 +212,16 @@ class _Churner:
         time in five a new ``status.phase``; the store re-encodes only those members."""
         rng = self.rng
         step, stamp = self.step, self.stamp
+        when = wall_timestamp(self.state.wall_clock())
         tier = rng.choice(_TIERS) if rng.random() < 0.1 else None
         phase = rng.choice(_PHASES) if rng.random() < 0.2 else None
 
         def status(obj: dict[str, Any]) -> None:
             if "phase" in obj:
-                obj["phase"] = phase
+                set_pod_phase(obj, phase, when)
 
         self.state.update_parts(
-            self.resource, key, lambda meta: _touch(meta, step, tier, stamp),
+            self.resource, key, lambda meta: _touch(meta, step, tier, stamp, when),
             status if phase is not None else None,
         )  # fmt: skip
 
@@ -205,8 +238,13 @@ class _Churner:
                 index = self.next_index
                 self.next_index += 1
                 obj = make_object(
-                    self.resource, rng, index, self.ns_names[index % len(self.ns_names)]
-                )
+                    self.resource, rng, index, self.ns_names[index % len(self.ns_names)],
+                    now=self.state.wall_clock(), fresh=True,
+                )  # fmt: skip
+                node = obj["spec"]["nodeName"] if self.resource is PODS else None
+                if node is not None and node not in self.nodes:
+                    ensure_nodes(self.state, (node,))
+                    self.nodes.add(node)
                 keys.append(self.state.create(self.resource, obj).key)
             elif op == "update":
                 self._update(keys[rng.randrange(len(keys))])

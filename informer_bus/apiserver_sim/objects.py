@@ -3,8 +3,8 @@
 Create fills uid, creationTimestamp, generation and managedFields; update keeps the identity
 fields, bumps generation only when the spec-like part changed, refreshes the caller's
 managedFields entry and confines the write to what its endpoint may change (a type's status
-subresource owns ``.status``); patches (JSON merge, strategic treated as merge, JSON patch)
-produce the new object. Nothing here touches state: callers run these inside the store's
+subresource owns ``.status``); patches (JSON merge, strategic merge, JSON patch) produce the
+new object. Nothing here touches state: callers run these inside the store's
 critical section.
 """
 
@@ -17,6 +17,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import orjson
+
 from informer_bus.apiserver_sim.resources import ResourceType
 from informer_bus.apiserver_sim.status import ApiError, bad_request, invalid
 
@@ -24,7 +26,9 @@ __all__ = [
     "Scope",
     "apply_json_patch",
     "apply_merge_patch",
+    "apply_strategic_merge_patch",
     "fields_v1",
+    "key_of",
     "new_uid",
     "prepare_create",
     "prepare_update",
@@ -159,7 +163,25 @@ def prepare_create(
     if resource is not None and resource.kind == "Namespace":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}
+    if resource.kind == "Pod" and not obj.get("status"):
+        # What the pod strategy stores before a scheduler or kubelet has seen the pod.
+        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj.get("spec"))}
     return obj
+
+
+def _qos_class(spec: Any) -> str:
+    """BestEffort without any request or limit, else Burstable (Guaranteed is not told)."""
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for container in containers if isinstance(containers, list) else ():
+        if isinstance(container, dict) and container.get("resources"):
+            return "Burstable"
+    return "BestEffort"
+
+
+def key_of(resource: ResourceType, obj: dict[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for a cluster-scoped type) of a prepared object."""
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if resource.namespaced else str(meta["name"])
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +292,123 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = apply_merge_patch(result.get(key), value)
     return result
+
+
+_MERGE_KEYS = {
+    "containers": "name", "initContainers": "name", "ephemeralContainers": "name",
+    "env": "name", "ports": "containerPort", "volumes": "name", "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath", "imagePullSecrets": "name", "hostAliases": "ip",
+    "conditions": "type", "ownerReferences": "uid", "topologySpreadConstraints": "topologyKey",
+    "resourceClaims": "name",
+}  # fmt: skip
+"""The merge key of the lists of the served built-in types that merge rather than replace
+(``patchMergeKey`` in the Go types), for patches that do not name it in a
+``$setElementOrder`` directive."""
+_MERGED_PRIMITIVES = ("finalizers",)
+"""Lists of strings a strategic merge patch adds to (``patchStrategy: merge``)."""
+_DIRECTIVE = "$patch"
+_ORDER = "$setElementOrder/"
+_DELETE_PRIMITIVES = "$deleteFromPrimitiveList/"
+
+
+def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """A strategic merge patch as kubectl computes it for built-in types: JSON merge patch,
+    except that lists with a merge key (``containers`` by ``name``...) merge element by
+    element, and the directives ``$patch`` (``replace``, ``delete``), ``$retainKeys``,
+    ``$setElementOrder/LIST`` and ``$deleteFromPrimitiveList/LIST`` are obeyed."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    directive = patch.get(_DIRECTIVE)
+    if directive == "replace":
+        return _strip({k: v for k, v in patch.items() if k != _DIRECTIVE})
+    if directive == "delete":
+        return None
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            continue
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, list):
+            result[key] = _merge_list(key, result.get(key), value, patch.get(_ORDER + key))
+        elif isinstance(value, dict):
+            merged = apply_strategic_merge_patch(result.get(key), value)
+            if merged is None:
+                result.pop(key, None)
+            else:
+                result[key] = merged
+        else:
+            result[key] = value
+    _list_directives(result, patch)
+    retain = patch.get("$retainKeys")
+    if isinstance(retain, list):
+        result = {k: v for k, v in result.items() if k in retain}
+    return result
+
+
+def _list_directives(result: dict[str, Any], patch: dict[str, Any]) -> None:
+    """``$deleteFromPrimitiveList/LIST`` and ``$setElementOrder/LIST`` applied to ``result``."""
+    for key, value in patch.items():
+        for prefix in (_DELETE_PRIMITIVES, _ORDER):
+            name = key[len(prefix) :]
+            if not key.startswith(prefix) or not isinstance(result.get(name), list):
+                continue
+            if prefix == _DELETE_PRIMITIVES:
+                result[name] = [item for item in result[name] if item not in value]
+            else:
+                result[name] = _reorder(result[name], value, _merge_key(name, value))
+
+
+def _strip(value: Any) -> Any:
+    """``value`` without directives (what is stored when a patch replaces a whole part)."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if not k.startswith("$")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _merge_key(name: str, order: Any) -> str | None:
+    if isinstance(order, list) and order and isinstance(order[0], dict) and len(order[0]) == 1:
+        return str(next(iter(order[0])))
+    return _MERGE_KEYS.get(name)
+
+
+def _merge_list(name: str, target: Any, patch: list[Any], order: Any) -> list[Any]:
+    """One list of a strategic merge patch: merged by key, added to, or replaced."""
+    current = target if isinstance(target, list) else []
+    if any(isinstance(item, dict) and item.get(_DIRECTIVE) == "replace" for item in patch):
+        return [_strip(i) for i in patch
+                if not (isinstance(i, dict) and i.get(_DIRECTIVE) == "replace")]  # fmt: skip
+    key = _merge_key(name, order)
+    if key is None or not all(isinstance(item, dict) for item in patch):
+        if name in _MERGED_PRIMITIVES:
+            return current + [item for item in patch if item not in current]
+        return _strip(patch)  # type: ignore[no-any-return]
+    merged = [copy.deepcopy(item) for item in current]
+    for item in patch:
+        at = next((i for i, old in enumerate(merged)
+                   if isinstance(old, dict) and old.get(key) == item.get(key)), None)  # fmt: skip
+        if item.get(_DIRECTIVE) == "delete":
+            if at is not None:
+                del merged[at]
+        elif at is None:
+            merged.append(_strip(item))
+        else:
+            merged[at] = apply_strategic_merge_patch(merged[at], item)
+    return merged
+
+
+def _reorder(items: list[Any], order: Any, key: str | None) -> list[Any]:
+    """``items`` in the order a ``$setElementOrder`` directive gives; others keep theirs, last."""
+    if not isinstance(order, list):
+        return items
+
+    def ident(item: Any) -> Any:
+        return orjson.dumps(item.get(key) if key and isinstance(item, dict) else item)
+
+    rank = {ident(entry): i for i, entry in enumerate(order)}
+    return sorted(items, key=lambda item: rank.get(ident(item), len(rank)))
 
 
 def _pointer(path: str) -> list[str]:

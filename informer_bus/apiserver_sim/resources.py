@@ -62,6 +62,8 @@ class ResourceType:
     returns_deleted_object: bool = False
     """A DELETE answers with the deleted object (the apiserver's ``ReturnDeletedObject``:
     pods, namespaces, CRDs); otherwise with a ``Status`` of ``Success`` naming it."""
+    categories: tuple[str, ...] = ()
+    """Discovery's categories: ``kubectl get all`` lists the types in ``all``."""
     custom: bool = False
     """Served from a CustomResourceDefinition: like the apiserver, no strategic merge patch
     (there is no Go struct to read merge keys from), JSON and merge patches only."""
@@ -137,11 +139,14 @@ class ResourceType:
         }
         if self.short_names:
             entry["shortNames"] = list(self.short_names)
+        if self.categories:
+            entry["categories"] = list(self.categories)
         return entry
 
 
 PODS = ResourceType("", "v1", "pods", "pod", "Pod", namespaced=True, short_names=("po",),
-                    status_subresource=True, returns_deleted_object=True)  # fmt: skip
+                    status_subresource=True, returns_deleted_object=True,
+                    categories=("all",))  # fmt: skip
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",))
 SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", True)
 NAMESPACES = ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",),

@@ -25,15 +25,18 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from informer_bus.apiserver_sim import objects
+from informer_bus.apiserver_sim import objects, tables
 from informer_bus.apiserver_sim.conflicts import ConflictCounter
 from informer_bus.apiserver_sim.faults import FaultState
+from informer_bus.apiserver_sim.fixtures import wall_timestamp
 from informer_bus.apiserver_sim.lists import list_body, selectors
+from informer_bus.apiserver_sim.openapi import openapi_v3
 from informer_bus.apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.apiserver_sim.state import ClusterState
 from informer_bus.apiserver_sim.status import (
     ApiError,
+    already_exists,
     bad_request,
     conflict,
     delete_success,
@@ -51,7 +54,6 @@ ControlHandler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int,
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 """The Kubernetes verb of a request by HTTP method (a collection's DELETE is
 ``deletecollection``)."""
-_MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -301,6 +303,12 @@ class HttpFront:
 
     def _api(self, h: _Handler, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         segs = [s for s in path.split("/") if s]
+        if method == "GET" and segs[:1] == ["openapi"]:
+            body = openapi_v3(segs)
+            if body is None:
+                raise NotFoundPath()
+            self._send(h, 200, body)
+            return
         if method == "GET":
             doc = discovery(segs, f"{self.settings.host}:{self.port}")
             if doc is not None:
@@ -338,6 +346,9 @@ class HttpFront:
         verb = "deletecollection" if method == "DELETE" and not route.name else _VERBS[method]
         self.conflicts.record(resource, verb, error.reason)
 
+    def _now(self) -> str:
+        return wall_timestamp(self.state.wall_clock())
+
     @staticmethod
     def _manager(h: _Handler, query: dict[str, str]) -> str:
         manager = query.get("fieldManager")
@@ -357,13 +368,41 @@ class HttpFront:
 
     def _get(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         obj = self.state.get(route.resource, route.key())
-        self._send(h, 200, obj.raw)
+        version = tables.wants_table(h.headers.get("Accept") or "")
+        if version is None or route.subresource is not None:
+            self._send(h, 200, obj.raw)
+            return
+        meta = {"resourceVersion": str(obj.rv)}
+        self._send_table(h, route, [obj.decode()], meta, query=query, version=version)
 
     def _list_or_watch(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         if route.watch:
             self._watches.serve(h, route, query)
-        else:
-            self._send(h, 200, list_body(self.state, self.settings, route, query))
+            return
+        body = list_body(self.state, self.settings, route, query)
+        version = tables.wants_table(h.headers.get("Accept") or "")
+        if version is None:
+            self._send(h, 200, body)
+            return
+        page = orjson.loads(body)
+        self._send_table(h, route, page["items"], page["metadata"], query=query, version=version)
+
+    def _send_table(
+        self,
+        h: _Handler,
+        route: Route,
+        items: list[dict[str, Any]],
+        meta: dict[str, Any],
+        *,
+        query: dict[str, str],
+        version: str,
+    ) -> None:
+        """What ``kubectl get`` asks for: the objects as a Table (see :mod:`.tables`)."""
+        doc = tables.table(
+            route.resource, items, meta, now=self.state.wall_clock(),
+            include_object=query.get("includeObject", ""), version=version,
+        )  # fmt: skip
+        self._send_json(h, 200, doc)
 
     # ------------------------------------------------------------ writes
 
@@ -372,8 +411,16 @@ class HttpFront:
             raise NotFoundPath()
         body = self._json_body(raw)
         obj = objects.prepare_create(
-            route.resource, body, route.namespace or "", self._manager(h, query)
+            route.resource, body, route.namespace or "", self._manager(h, query), when=self._now()
         )
+        if _dry_run(query):
+            try:
+                self.state.get(route.resource, objects.key_of(route.resource, obj))
+            except ApiError:
+                self._send_json(h, 201, obj)
+                return
+            raise already_exists(route.resource.plural, obj["metadata"]["name"],
+                                 route.resource.group)  # fmt: skip
         stored = self.state.create(route.resource, obj)
         self._send(h, 201, stored.raw)
 
@@ -384,16 +431,16 @@ class HttpFront:
         resource = route.resource
         manager = self._manager(h, query)
         scope = _scope(route)
+        when = self._now()
         metadata = body.get("metadata")
         given = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
 
         def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             _check_version(route, given, old)
-            new = objects.prepare_update(resource, old, body, manager, scope=scope)
+            new = objects.prepare_update(resource, old, body, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
-        stored = self.state.update(resource, route.key(), mutate)
-        self._send(h, 200, stored.raw)
+        self._send(h, 200, self._update(route, mutate, dry=_dry_run(query)))
 
     def _patch(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -401,6 +448,7 @@ class HttpFront:
         resource = route.resource
         manager = self._manager(h, query)
         scope = _scope(route)
+        when = self._now()
         accepted = ["application/json-patch+json", "application/merge-patch+json"]
         if not resource.custom:
             accepted.append("application/strategic-merge-patch+json")
@@ -409,10 +457,10 @@ class HttpFront:
                 415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                 f"accepted media types include: {', '.join(accepted)}",
             )  # fmt: skip
-        apply: Callable[[Any, Any], Any] = (
-            objects.apply_merge_patch if content_type in _MERGE_PATCHES
-            else objects.apply_json_patch
-        )  # fmt: skip
+        apply: Callable[[Any, Any], Any] = {
+            "application/merge-patch+json": objects.apply_merge_patch,
+            "application/strategic-merge-patch+json": objects.apply_strategic_merge_patch,
+        }.get(content_type, objects.apply_json_patch)
 
         def mutate(old: dict[str, Any]) -> dict[str, Any] | None:
             # The patch applies to the whole stored object (a status patch may carry a
@@ -421,11 +469,28 @@ class HttpFront:
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patch removed the object's metadata")
             _check_version(route, new["metadata"].get("resourceVersion"), old)
-            new = objects.prepare_update(resource, old, new, manager, scope=scope)
+            new = objects.prepare_update(resource, old, new, manager, scope=scope, when=when)
             return None if objects.unchanged(old, new) else new
 
-        stored = self.state.update(resource, route.key(), mutate)
-        self._send(h, 200, stored.raw)
+        self._send(h, 200, self._update(route, mutate, dry=_dry_run(query)))
+
+    def _update(
+        self,
+        route: Route,
+        mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        dry: bool,
+    ) -> bytes:
+        """The stored object after ``mutate`` (see :meth:`ClusterState.update`); a dry run
+        answers what would be stored and stores nothing."""
+        if not dry:
+            return self.state.update(route.resource, route.key(), mutate).raw
+        old = self.state.get(route.resource, route.key())
+        new = mutate(old.decode())
+        if new is None:
+            return old.raw
+        new["metadata"]["resourceVersion"] = str(old.rv)
+        return orjson.dumps(new)
 
     def _delete(self, h: _Handler, route: Route, query: dict[str, str], raw: bytes) -> None:
         resource = route.resource
@@ -443,7 +508,11 @@ class HttpFront:
                 raise conflict(resource.plural, name, resource.group,
                                "the UID in the precondition does not match")  # fmt: skip
 
-        stored = self.state.delete(resource, route.key(), check)
+        if _dry_run(query):
+            stored = self.state.get(resource, route.key())
+            check(stored.decode_metadata())
+        else:
+            stored = self.state.delete(resource, route.key(), check)
         if resource.returns_deleted_object:
             self._send(h, 200, stored.raw)
         else:
@@ -468,6 +537,17 @@ class HttpFront:
              "metadata": {"resourceVersion": str(self.state.resource_version)}}
         )  # fmt: skip
         self._send(h, 200, head[:-1] + b',"items":[' + b",".join(deleted) + b"]}")
+
+
+def _dry_run(query: dict[str, str]) -> bool:
+    """Whether the write is a server-side dry run (``dryRun=All``): checked and answered as
+    if done, but nothing is stored (``kubectl apply --dry-run=server``)."""
+    value = query.get("dryRun")
+    if value is None or value == "":
+        return False
+    if value != "All":
+        raise bad_request(f'Invalid dry run argument: "{value}" (only "All" is supported)')
+    return True
 
 
 def _scope(route: Route) -> objects.Scope:

@@ -18,6 +18,7 @@ from typing import Any, Self, TypedDict, Unpack
 from informer_bus.apiserver_sim import objects
 from informer_bus.apiserver_sim.conflicts import ConflictTable, total_conflicts
 from informer_bus.apiserver_sim.faults import FaultState
+from informer_bus.apiserver_sim.fixtures import wall_timestamp
 from informer_bus.apiserver_sim.load import ChurnStats, churn, populate
 from informer_bus.apiserver_sim.resources import (
     CRDS,
@@ -37,6 +38,7 @@ from informer_bus.lifecycle import StartStop
 __all__ = ["ChurnHandle", "Simulator"]
 
 _MANAGER = "apiserver-sim"
+_CLUSTER_AGE = 90 * 86400.0
 
 
 def _widget_crd() -> dict[str, Any]:
@@ -122,13 +124,16 @@ class Simulator(StartStop):
         settings: SimulatorSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """``clock`` dates history events for compaction by age (tests pass a fake one)."""
+        """``clock`` dates history events for compaction by age (tests pass a fake one);
+        ``wall_clock`` is what creationTimestamps and the ages kubectl shows count from."""
         self.settings = settings or SimulatorSettings()
         self.state = ClusterState(
             history_max_events=self.settings.history_max_events,
             history_max_age=self.settings.history_max_age,
             clock=clock,
+            wall_clock=wall_clock,
         )
         self.faults = FaultState()
         self.front = HttpFront(self.state, self.faults, self.settings, self._control)
@@ -142,11 +147,18 @@ class Simulator(StartStop):
         self._seed_defaults()
 
     def _seed_defaults(self) -> None:
+        """What a cluster has from its first day (a plausible 90 days ago)."""
+        when = wall_timestamp(self.state.wall_clock() - _CLUSTER_AGE)
         for name in ("default", "kube-system", "kube-public"):
-            obj = objects.prepare_create(NAMESPACES, {"metadata": {"name": name}}, "", _MANAGER)
+            obj = objects.prepare_create(
+                NAMESPACES, {"metadata": {"name": name}}, "", _MANAGER, when=when
+            )
             self.state.create(NAMESPACES, obj)
-        crd = objects.prepare_create(CRDS, _widget_crd(), "", _MANAGER)
+        crd = objects.prepare_create(CRDS, _widget_crd(), "", _MANAGER, when=when)
         self.state.create(CRDS, crd)
+
+    def _now(self) -> str:
+        return wall_timestamp(self.state.wall_clock())
 
     # ------------------------------------------------------------ lifecycle
 
@@ -258,7 +270,7 @@ class Simulator(StartStop):
         namespace = (obj.get("metadata") or {}).get("namespace") or (
             "default" if res.namespaced else ""
         )
-        prepared = objects.prepare_create(res, dict(obj), namespace, _MANAGER)
+        prepared = objects.prepare_create(res, dict(obj), namespace, _MANAGER, when=self._now())
         return self.state.create(res, prepared, silent=True)
 
     def silent_update(
@@ -287,7 +299,8 @@ class Simulator(StartStop):
         namespace = (obj.get("metadata") or {}).get("namespace") or (
             "default" if res.namespaced else ""
         )
-        return self.state.create(res, objects.prepare_create(res, dict(obj), namespace, _MANAGER))
+        prepared = objects.prepare_create(res, dict(obj), namespace, _MANAGER, when=self._now())
+        return self.state.create(res, prepared)
 
     def update(
         self,
@@ -303,7 +316,7 @@ class Simulator(StartStop):
             res,
             key,
             lambda old: objects.prepare_update(
-                res, old, objects.apply_merge_patch(old, dict(patch)), _MANAGER
+                res, old, objects.apply_merge_patch(old, dict(patch)), _MANAGER, when=self._now()
             ),
             silent=silent,
         )

@@ -58,10 +58,14 @@ class ClusterState:
         history_max_age: float = 300.0,
         resources: Iterable[ResourceType] = RESOURCES,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.RLock()  # re-entrant for exclusive() batches
         self.changed = threading.Condition(self._lock)
         self._clock = clock
+        self.wall_clock = wall_clock
+        """Seconds since the Unix epoch: what creationTimestamps and other ``metav1.Time``
+        fields are read from (a fixed one makes seeded objects byte-identical)."""
         self.history_max_events = history_max_events
         self.history_max_age = history_max_age
         self._rv = 1

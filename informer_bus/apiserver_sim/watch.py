@@ -7,6 +7,8 @@ Lines are assembled from pre-serialised object bytes: ``{"type":T,"object":<raw>
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from informer_bus.apiserver_sim.resources import ResourceType
 from informer_bus.apiserver_sim.revision import Event, StoredObject, encode_object
 from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
@@ -33,8 +35,12 @@ class WatchEncoder:
         namespace: str | None,
         labels: LabelSelector,
         fields: FieldSelector,
+        transform: Callable[[bytes], bytes] | None = None,
     ) -> None:
+        """``transform``: what an object's bytes become in an event (``kubectl get -w`` asks
+        for each as a one-row Table)."""
         self.resource = resource
+        self._transform = transform
         self.namespace = namespace or None
         self.labels = labels
         self.fields = fields
@@ -52,10 +58,11 @@ class WatchEncoder:
         size = 0
         prefix = _PREFIX["ADDED"]
         for obj in objs:
+            raw = obj.raw if self._transform is None else self._transform(obj.raw)
             out.append(prefix)
-            out.append(obj.raw)
+            out.append(raw)
             out.append(_SUFFIX)
-            size += len(obj.raw) + 40
+            size += len(raw) + 40
         return size
 
     def encode(self, events: list[Event], out: list[bytes]) -> int:
@@ -86,7 +93,7 @@ class WatchEncoder:
                 elif not now_matches:
                     continue
             out.append(_PREFIX[type_])
-            out.append(raw)
+            out.append(raw if self._transform is None else self._transform(raw))
             out.append(_SUFFIX)
             sent += 1
         return sent

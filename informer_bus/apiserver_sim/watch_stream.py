@@ -12,10 +12,15 @@ import math
 import select
 import socket
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
+import orjson
+
+from informer_bus.apiserver_sim import tables
 from informer_bus.apiserver_sim.faults import FaultState
 from informer_bus.apiserver_sim.lists import parse_rv, selectors, wait_not_too_large
+from informer_bus.apiserver_sim.resources import ResourceType
 from informer_bus.apiserver_sim.revision import StoredObject
 from informer_bus.apiserver_sim.routes import TRUE, Route
 from informer_bus.apiserver_sim.settings import SimulatorSettings
@@ -97,7 +102,8 @@ class WatchStreamer:
             h.wfile.write(b"0\r\n\r\n")
             return
         try:
-            encoder = WatchEncoder(resource, route.namespace, labels, fields)
+            encoder = WatchEncoder(resource, route.namespace, labels, fields,
+                                   self._table_rows(h, resource, query))  # fmt: skip
             self._stream(
                 h,
                 sub,
@@ -109,6 +115,26 @@ class WatchStreamer:
             )
         finally:
             sub.close()
+
+    def _table_rows(
+        self, h: BaseHTTPRequestHandler, resource: ResourceType, query: dict[str, str]
+    ) -> Callable[[bytes], bytes] | None:
+        """When the client asks for Tables (``kubectl get -w``): each event's object as a
+        one-row Table, aged at the time it is sent."""
+        version = tables.wants_table(h.headers.get("Accept") or "")
+        if version is None:
+            return None
+        include = query.get("includeObject", "")
+        tables.table(resource, [], {}, now=0.0, include_object=include)  # 400 before streaming
+
+        def row(raw: bytes) -> bytes:
+            obj = orjson.loads(raw)
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            doc = tables.table(resource, [obj], meta, now=self.state.wall_clock(),
+                               include_object=include, version=version)  # fmt: skip
+            return orjson.dumps(doc)
+
+        return row
 
     def _hold_for_stall(self, sub: Subscription) -> bool:
         """While a stall is armed, wait (waking for drops/shutdown) and report True."""

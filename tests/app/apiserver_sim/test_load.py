@@ -16,7 +16,8 @@ from informer_bus.apiserver_sim.resources import PODS
 
 
 def _run(seed: int) -> tuple[dict[str, str], bytes]:
-    with Simulator(SimulatorSettings()) as sim:
+    # One fixed wall clock: creationTimestamps count back from it, so the bytes repeat too.
+    with Simulator(SimulatorSettings(), wall_clock=lambda: 1_750_000_000.0) as sim:
         sim.populate("pods", 40, seed=seed)
         stats = sim.churn(rate=0, seconds=10, seed=seed, max_events=60)
         assert stats.events == 60
