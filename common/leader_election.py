@@ -14,6 +14,8 @@ import random
 import threading
 from collections.abc import Callable
 
+import redis
+
 from common.lease import Lease, LeaseStatus, warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
 from common.settings import JITTER_FACTOR, LeaseTiming
@@ -346,6 +348,11 @@ class LeaderElector:
     ) -> None:
         try:
             self._on_started(epoch, stop_leading)
+        except redis.RedisError as error:
+            # Redis failing (or failing over: a MOVED slot, a replica shortfall) as the leader
+            # starts is the environment, not a bug: one line, then the loop leads again.
+            log.warning("the leading callback failed on Redis: %s: %s", type(error).__name__,
+                        str(error).replace("\n", " "), extra=self._extra(epoch))  # fmt: skip
         except Exception:
             log.exception("the leading callback failed", extra=self._extra(epoch))
         finally:

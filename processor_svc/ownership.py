@@ -223,6 +223,7 @@ class ShardOwnership:
         self._release_on_stop = True
         self._owned: dict[int, _Owned] = {}  # shards whose lease we hold and have announced
         self._target: frozenset[int] | None = None  # our shards in the last assignment
+        self._given_up: dict[int, tuple[int, str]] = {}  # shard -> (epoch, why): give_up()
         self._acquisitions = 0
         self._losses = 0
         self._rebalances = 0
@@ -269,6 +270,20 @@ class ShardOwnership:
         """The shards we own now, with the epoch (fencing token) of each ownership."""
         with self._cond:
             return {shard: owned.epoch for shard, owned in sorted(self._owned.items())}
+
+    def give_up(self, shard: int, epoch: int, reason: str) -> None:
+        """End the ownership of ``shard`` at ``epoch`` on the next tick: release the lease and
+        take the shard again with a new epoch (a fresh takeover) if it is still ours to take.
+
+        For a worker fenced off while our renewals still succeed: after a split brain its
+        fenced read may have reached the old, stale primary (which names nobody, or an earlier
+        holder) while the renewals reach the new one. Left alone, the shard would stay "owned"
+        with no worker reading it. Nothing happens if that ownership already ended."""
+        with self._cond:
+            owned = self._owned.get(shard)
+            if owned is not None and owned.epoch == epoch:
+                self._given_up[shard] = (epoch, reason)
+                self._cond.notify_all()
 
     def epochs(self, shard: int, epoch: int) -> dict[str, int]:
         """Each co-sharded resource's fencing epoch for the ownership of ``shard`` that
@@ -454,6 +469,16 @@ class ShardOwnership:
             self._cond.notify_all()
             owned = frozenset(self._owned)
         redis_ok = True  # after one failed call, the others would only block and fail too
+        with self._cond:
+            given_up, self._given_up = self._given_up, {}
+        for shard, (epoch, reason) in sorted(given_up.items()):
+            with self._cond:
+                current = self._owned.get(shard)
+            if redis_ok and current is not None and current.epoch == epoch:
+                redis_ok = self._lose(shard, reason, True)
+        if given_up:
+            with self._cond:
+                owned = frozenset(self._owned)
         leaving = sorted(owned - mine)
         self._losing(leaving)
         for shard in leaving:

@@ -121,6 +121,7 @@ class ProcessorService:
             target=self._wait_for_publication, name=f"processor-publication[{self.resource}]"
         )
         self._units: dict[int, dict[str, ShardWorker]] = {}
+        self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
         self._workers_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -449,6 +450,7 @@ class ProcessorService:
             )
         with self._workers_lock:
             self._units[shard] = workers
+            self._unit_epochs[shard] = epoch
         # The stores are attached and no event is delivered yet: a controller loads what the
         # previous owner expected of the cache. A failure here fails the acquisition (the
         # ownership loop stops the workers it never started and releases the leases).
@@ -481,6 +483,7 @@ class ProcessorService:
         grace = self.settings.shutdown_grace
         with self._workers_lock:
             workers = self._units.pop(shard, {})
+            self._unit_epochs.pop(shard, None)
         for handler in self._shard_aware:
             handler.shards_leaving([shard])  # also when no _losing came first (a failed start)
         for resource, worker in workers.items():
@@ -515,17 +518,23 @@ class ProcessorService:
         ) and all(self.listers[resource].has_synced() for resource in self.plan.replicated)
 
     def _supervise(self) -> None:
-        """Marks shards synced in the listers once their reader delivered the initial list, and
-        reports a worker that died (once; /healthz keeps saying so)."""
+        """Marks shards synced in the listers once their reader delivered the initial list,
+        reports a worker that died (once; /healthz keeps saying so), and hands a shard back to
+        the ownership loop when its worker was fenced off while the lease still renews as ours
+        (:meth:`ShardOwnership.give_up`: a split brain, the worker's read on a stale primary)."""
         reported: set[tuple[str, int]] = set()
         while not self._stopping.wait(_SUPERVISE_INTERVAL):
             with self._workers_lock:
                 units = list(self._units.items())
+                epochs = dict(self._unit_epochs)
             for shard, workers in units:
                 for resource, worker in workers.items():
                     lister = self.listers[resource]
                     if worker.has_synced and not lister.has_synced(shard):
                         lister.mark_synced(shard)
+                    if worker.ownership_lost and not worker.alive:
+                        reason = f"{resource} worker fenced off: {worker.error}"
+                        self.ownership.give_up(shard, epochs.get(shard, 0), reason)
                     failed = worker.error is not None and not worker.ownership_lost
                     if failed and not worker.alive and (resource, shard) not in reported:
                         reported.add((resource, shard))

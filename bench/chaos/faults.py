@@ -381,6 +381,10 @@ class _PrimaryKill(Fault):
             self.notes.append(f"promoted {redis.wait_promoted(self.scenario.recovery_timeout)}")
         except AssertionError as error:
             self.problems.append(str(error))
+        if self.scenario.rejoin:
+            redis.restart_killed()
+            self.notes.append(f"the killed primary rejoined {time.monotonic() - struck:.1f} s "
+                              "after the kill")  # fmt: skip
         time.sleep(max(0.0, self.scenario.downtime - (time.monotonic() - struck)))
 
     def verify(self) -> list[str]:

@@ -82,10 +82,15 @@ class ChaosPipeline:
             renew_deadline=t.renew, retry_period=t.retry, backoff_max=t.backoff_max,
             identity=identity, **dict(self.scenario.reflector_flags),
         )  # fmt: skip
-        flags = _without_redis_url(flags) + self.redis.service_flags()
+        flags = _without_redis_url(flags) + self._redis_flags()
         process = ReflectorProcess(flags, self.workdir / f"{identity}.log")
         self.stack.callback(process.close)
         return process
+
+    def _redis_flags(self) -> list[str]:
+        """Where Redis is (the topology's flags) and how many replicas confirm a write."""
+        waits = self.scenario.wait_replicas
+        return self.redis.service_flags() + (["--redis-wait-replicas", str(waits)] if waits else [])
 
     def add_processor(self, member: str, *, start: bool = True) -> ProcessorProcess:
         t = self.scenario.timings
@@ -95,7 +100,7 @@ class ChaosPipeline:
             member_ttl=t.member_ttl,
         )  # fmt: skip
         del settings["redis_url"]
-        args = self.redis.service_flags()
+        args = self._redis_flags()
         for name, value in settings.items():
             args += ["--" + name.replace("_", "-"), value]
         env = {"IB_RECORD_FILE": str(self.workdir / f"{member}.jsonl"), "IB_MEMBER": member}
@@ -130,7 +135,13 @@ class ChaosPipeline:
         )  # fmt: skip
 
     def leader(self) -> ReflectorProcess | None:
-        holder = self.bus.holder()
+        """The running reflector that holds the leader lease; ``None`` also while the checks'
+        client cannot read it (a primary frozen or failing over: the next call reconnects)."""
+        try:
+            holder = self.bus.holder()
+        except REDIS_ERRORS:
+            self.reconnect()
+            return None
         return next((r for r in self.reflectors if r.running() and r.holds(holder)), None)
 
     def live_processors(self) -> list[ProcessorProcess]:

@@ -13,6 +13,7 @@ import redis
 
 from bench.chaos.recorder import OutageRecorder
 from common.redis_layout import ShardKeys
+from common.settings import RedisConnection
 from common.sharding import shard_for
 from tests.processor.ha.conftest import Call, ownership_problems, read_calls
 from tests.support.redis_server import RedisServer
@@ -33,7 +34,7 @@ def test_a_call_while_redis_is_down_is_recorded_at_once_with_the_last_own_lease(
         prefix="ib",
         group="processors",
         shard_count=SHARDS,
-        redis=SimpleNamespace(url=server.url, cluster=False),
+        redis=RedisConnection(url=server.url),
     )
     recorder = OutageRecorder(SimpleNamespace(settings=settings, resource="pods"))
     pod = {"metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}}

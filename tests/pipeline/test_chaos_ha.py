@@ -26,7 +26,10 @@ def _report(result: Result) -> str:
     return "\n".join(result.problems + result.notes) + "\n" + logs
 
 
-@pytest.mark.parametrize("scenario", HA_SHORT, ids=[f"{s.topology}-{s.fault}" for s in HA_SHORT])
+IDS = [f"{s.topology}-{s.fault}-n{s.wait_replicas}" for s in HA_SHORT]
+
+
+@pytest.mark.parametrize("scenario", HA_SHORT, ids=IDS)
 def test_the_pipeline_survives_a_failover_and_converges(scenario: Scenario, tmp_path: Path) -> None:
     result = run(scenario, tmp_path)
     print(_report(result))  # shown when the test fails

@@ -47,6 +47,11 @@ class ClusterNode(RedisServer):
             "--cluster-config-file", str(workdir / "nodes.conf"),
             "--cluster-node-timeout", str(node_timeout_ms),
             "--cluster-port", str(free_port()),
+            # A replica may always fail over, however long ago it last heard from its primary:
+            # on a loaded machine the default (10 node timeouts) once refused the only replica
+            # of a killed primary ("Disconnected from master for longer than allowed") and the
+            # cluster stayed down. What it may lack is what asynchronous replication loses.
+            "--cluster-replica-validity-factor", "0",
             *extra_args,
         )  # fmt: skip
         self.address = ""

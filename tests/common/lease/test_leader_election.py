@@ -417,6 +417,26 @@ def test_a_leading_callback_that_returns_or_raises_gives_up_leadership(
     assert "boom" in caplog.text
 
 
+def test_a_redis_error_in_the_leading_callback_is_one_line_and_leads_again(
+    redis_server: RedisServer, clients: list[redis.Redis], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis failing (or failing over) as a leader starts is no bug: no traceback."""
+    recorder = Recorder()
+
+    def body(epoch: int, stop_leading: threading.Event) -> None:
+        if len(recorder.of("a")) == 1:
+            raise redis.exceptions.MovedError("14287 127.0.0.1:46247")
+        stop_leading.wait()
+
+    elector = LeaderElector(
+        make_lease(redis_server.url, clients, "a"), timing=TIMING, **recorder.callbacks("a", body)
+    )
+    with caplog.at_level(logging.WARNING, logger="common.leader_election"), elector:
+        wait_until(lambda: len(recorder.of("a")) == 2, timeout=3, interval=0.005)
+    assert "the leading callback failed on Redis: MovedError: 14287 127.0.0.1:46247" in caplog.text
+    assert "Traceback" not in caplog.text and all(r.exc_info is None for r in caplog.records)
+
+
 def test_stop_from_the_leading_callback_is_refused(
     redis_server: RedisServer, clients: list[redis.Redis]
 ) -> None:

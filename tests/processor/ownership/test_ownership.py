@@ -553,6 +553,26 @@ def test_a_lapsed_ownership_ends_before_its_next_epoch_is_taken(
     log.assert_epochs_grow()
 
 
+def test_a_given_up_shard_is_released_and_taken_again_with_a_new_epoch(
+    cluster: Cluster, redis_client: redis.Redis, log: IntervalLog
+) -> None:
+    """``give_up``: a worker was fenced off while our renewals still succeed (after a split
+    brain its read reached the stale primary). The ownership must end (``on_lost``), and the
+    shard must be owned again under a new epoch, so a fresh worker reads it; a give-up naming
+    an ownership that already ended changes nothing."""
+    a = cluster.make("a")
+    assert a.wait_for_assignment(timeout=3)
+    before = a.owned()[7]
+    a.give_up(7, before - 1, "an earlier ownership's worker")  # not the current one: ignored
+    a.give_up(7, before, "worker fenced off")
+    wait_until(lambda: a.owned().get(7, before) > before, timeout=5, interval=0.005)
+    assert a.losses == 1
+    assert [i.epoch for i in log.intervals if i.shard == 7] == [before, a.owned()[7]]
+    lease = ShardKeys("ib", "pods", 7).for_group().lease
+    assert redis_client.hmget(lease, "holder", "epoch") == [b"a", str(a.owned()[7]).encode()]
+    log.assert_epochs_grow()
+
+
 def test_a_stalled_coordinator_gives_up_its_shards_and_takes_them_back_with_new_epochs(
     cluster: Cluster, log: IntervalLog
 ) -> None:
