@@ -12,12 +12,19 @@ when there was one) by the same fenced script that acknowledges them, in stream 
 is parked if and only if it is acknowledged.
 
 **Replicas** (``--redis-wait-replicas N``): with a :class:`~common.replica_wait.ReplicaWait`,
-every script that acknowledges -- an acknowledging call, a read carrying acknowledgements, a
-takeover's commit -- goes out in one pipeline with ``WAIT N timeout`` after it, on the node of
-the shard's keys: one ``WAIT`` per batch, never per entry. Too few replicas raise
-:class:`~common.replica_wait.ReplicationShortfallError` (a ``redis.RedisError``), and the
-worker keeps those IDs to acknowledge again, as after any failed call. A fence refusal is
-reported first. Reads without acknowledgements send no ``WAIT``.
+every script -- a read, an acknowledging call, a takeover's commit -- goes out in one pipeline
+with ``WAIT N timeout`` after it, on the node of the shard's keys: one ``WAIT`` per batch,
+never per entry. Too few replicas raise :class:`~common.replica_wait.ReplicationShortfallError`
+(a ``redis.RedisError``): the worker keeps those IDs to acknowledge again and replays its
+pending entries, as after any failed call. A fence refusal is reported first.
+
+Reads wait too, and that is what keeps handlers from seeing a delta a failover then takes
+back: the reflector's ``XADD`` reaches the primary before its own ``WAIT`` returns, so without
+one here a processor could hand an entry no replica has yet to a handler; after a failover the
+next owner's initial list would then show an older version of that object (seen in the
+Sentinel kill -9 runs of ``make ha``). ``XREADGROUP`` writes (the group's position, the
+pending list), so this connection's ``WAIT`` covers the replication stream up to the read,
+hence every entry it returned.
 
 The helpers at the end read the shapes Redis replies with (bytes or text IDs, flat field
 lists, a trimmed entry's ``None``) the same way for every caller.
@@ -143,7 +150,7 @@ class FencedStream:
             self._read_script,
             [self.keys.lease, self.keys.stream],
             [*self._lease_args, self.keys.group, SHARD_CONSUMER, count, start, *acks],
-            confirm=bool(acks),
+            confirm=True,  # the entries read, not only the acknowledgements (module docstring)
         )
         entries: list[Any] = reply[1]
         return entries
@@ -197,7 +204,7 @@ class FencedStream:
         if reply[0] == 0:
             raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
         if waited is not None:
-            self._wait.check(waited, f"acknowledging {self.keys.stream}")
+            self._wait.check(waited, f"reading or acknowledging {self.keys.stream}")
         return reply
 
     def lag(self) -> int | None:

@@ -154,8 +154,5 @@ HA_SHORT = (
              warmup=1.0, topology="cluster-replicas", wait_replicas=1, rejoin=True),
     Scenario("sentinel (primary + 2 replicas): primary kill -9, N = 1", "primary-kill", 3.0,
              warmup=1.0, topology="sentinel", wait_replicas=1),
-    Scenario("sentinel (primary + 2 replicas): primary + reflector leader SIGSTOP, N = 1",
-             "primary-pause", 4.0, warmup=1.0, reflectors=2, topology="sentinel",
-             wait_replicas=1),
 )  # fmt: skip
 """What ``make test`` runs of them (tests/pipeline/test_chaos_ha.py)."""

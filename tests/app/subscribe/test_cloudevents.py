@@ -389,6 +389,8 @@ def test_structured_mode_and_a_permanent_refusal_is_skipped_with_one_line(
         wait_for_group(redis_client, process)
         publisher.publish(added("ns/a", "2"), added("ns/bad", "3"), updated("ns/a", "4"))
         wait_until(lambda: receiver.distinct() == 3, 60, "the accepted events")
+        # ns/bad may sit on another shard than ns/a, so it may come last: wait for its refusal.
+        wait_until(lambda: receiver.fates["refused"] >= 1, 60, "the refusal of ns/bad")
         stdout, stderr = stop(process)
     finally:
         process.kill()

@@ -169,7 +169,11 @@ def test_with_wait_an_unconfirmed_lease_is_not_acted_on_and_a_confirmed_fence_su
         new.close()
 
 
-def test_fenced_acknowledgements_wait_for_the_replicas(replica_set: ReplicaSet) -> None:
+def test_fenced_reads_and_acknowledgements_wait_for_the_replicas(
+    replica_set: ReplicaSet,
+) -> None:
+    """An entry is handed to a handler only once a replica has it (a failover cannot take back
+    what a handler saw), and an acknowledgement counts only once a replica has it."""
     primary, (replica,) = replica_set.primary, replica_set.replicas
     client = redis.Redis.from_url(primary.url, socket_timeout=10)
     try:
@@ -182,7 +186,12 @@ def test_fenced_acknowledgements_wait_for_the_replicas(replica_set: ReplicaSet) 
             dead_letters=Counter("dl", "dead letters", registry=CollectorRegistry()),
             replica_wait=WAIT_ONE,
         )  # fmt: skip
-        assert len(stream.read(10, ">", [])) == 1  # no acknowledgement: no WAIT needed
+        replica_set.cut(replica)
+        with pytest.raises(ReplicationShortfallError):
+            stream.read(10, ">", [])  # read, but no replica confirms it: not to be delivered
+        replica_set.reconnect(replica)
+        [[replayed, _]] = stream.read(10, "0", [])  # the worker's replay of its pending entries
+        assert replayed.decode() == entry
         replica_set.cut(replica)
         with pytest.raises(ReplicationShortfallError):
             stream.acknowledge([], [entry])
