@@ -27,7 +27,7 @@ from common.redis_config import connect, redis_client
 from common.settings import RedisConnection
 from informer_bus import local_redis
 from tests.support.redis_cluster import ClusterNode, LocalRedisCluster
-from tests.support.redis_topologies import SentinelGroup
+from tests.support.redis_topologies import SentinelGroup, role_of
 from tests.support.waiting import wait_until
 
 __all__ = ["TOPOLOGIES", "ClusterReplicas", "RedisTopology", "SentinelReplicas", "SingleRedis"]
@@ -360,33 +360,19 @@ class SentinelReplicas:
     def demoted(self) -> bool:
         """Whether the struck primary (reachable again) now replicates another node."""
         assert self._struck is not None
-        client = redis.Redis(port=self._struck.port, socket_timeout=2)
-        try:
-            role = client.execute_command("ROLE")
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
-        return bool(role) and role[0] in (b"slave", "slave")
+        return role_of(self._struck.port) == "slave"
 
     def roles(self) -> str:
         parts = []
         for node in self.group.data_nodes:
             if node.process is None or not node.process.running:
-                parts.append(f"{node.port} down")
-                continue
-            if self._paused and node is self._struck:
-                parts.append(f"{node.port} frozen")
-                continue
-            client = redis.Redis(port=node.port, socket_timeout=2)
-            try:
-                role = client.execute_command("ROLE")
-                name = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
-                parts.append(f"{node.port} {'primary' if name == 'master' else 'replica'}")
-            except redis.RedisError:
-                parts.append(f"{node.port} not answering")
-            finally:
-                client.close()
+                state = "down"
+            elif self._paused and node is self._struck:
+                state = "frozen"
+            else:
+                role = role_of(node.port)
+                state = {"master": "primary", "slave": "replica"}.get(role or "", "not answering")
+            parts.append(f"{node.port} {state}")
         return ", ".join(parts)
 
     def logs(self) -> dict[str, str]:

@@ -17,9 +17,23 @@ import redis
 
 from informer_bus.local_redis import RedisServer
 
-__all__ = ["SentinelGroup", "SentinelServer"]
+__all__ = ["SentinelGroup", "SentinelServer", "role_of"]
 
 MASTER_NAME = "mymaster"
+
+
+def role_of(port: int, host: str = "127.0.0.1") -> str | None:
+    """What the node at ``host:port`` says it is (``ROLE``: ``master``, ``slave``, ``sentinel``),
+    ``None`` when it does not answer."""
+    client = redis.Redis(host=host, port=port, socket_timeout=2)
+    try:
+        role = client.execute_command("ROLE")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    first = role[0] if role else None
+    return first.decode() if isinstance(first, bytes) else first
 
 
 class SentinelServer(RedisServer):
@@ -233,14 +247,7 @@ class SentinelGroup:
             host, port = next(iter(addresses))
             if (str(host), int(port)) == old:
                 return False
-            client = redis.Redis(host=str(host), port=int(port), socket_timeout=2)
-            try:
-                role = client.execute_command("ROLE")
-            except redis.RedisError:
-                return False
-            finally:
-                client.close()
-            return bool(role) and role[0] in (b"master", "master")
+            return role_of(int(port), str(host)) == "master"
 
         _wait(promoted, timeout, f"a primary other than {old[0]}:{old[1]}")
         return self.master_address()
