@@ -30,15 +30,20 @@ __all__ = ["human_duration", "table", "wants_table"]
 Row = Callable[[dict[str, Any], float], list[Any]]
 """The cells of one object's row, given the time (Unix seconds) ages count to."""
 
-_NAME = {
-    "name": "Name", "type": "string", "format": "name", "priority": 0,
-    "description": "Name must be unique within a namespace.",
-}  # fmt: skip
-_AGE = {
-    "name": "Age", "type": "string", "format": "", "priority": 0,
-    "description": "CreationTimestamp is a timestamp representing the server time when this "
-    "object was created.",
-}  # fmt: skip
+
+def _column(
+    name: str, description: str = "", priority: int = 0, *, kind: str = "string", form: str = ""
+) -> dict[str, Any]:
+    """A Table column definition (``priority`` 1: shown with ``-o wide`` only)."""
+    return {"name": name, "type": kind, "format": form, "priority": priority,
+            "description": description or name}  # fmt: skip
+
+
+_NAME = _column("Name", "Name must be unique within a namespace.", form="name")
+_AGE = _column(
+    "Age", "CreationTimestamp is a timestamp representing the server time when this object "
+    "was created.",
+)  # fmt: skip
 
 
 def wants_table(accept: str) -> str | None:
@@ -167,22 +172,16 @@ def _pod_row(obj: dict[str, Any], now: float) -> list[Any]:
 
 _POD_COLUMNS = [
     _NAME,
-    {"name": "Ready", "type": "string", "format": "", "priority": 0,
-     "description": "The aggregate readiness state of this pod for accepting traffic."},
-    {"name": "Status", "type": "string", "format": "", "priority": 0,
-     "description": "The aggregate status of the containers in this pod."},
-    {"name": "Restarts", "type": "string", "format": "", "priority": 0,
-     "description": "The number of times the containers in this pod have been restarted and "
-     "when the last container in this pod has restarted."},
+    _column("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+    _column("Status", "The aggregate status of the containers in this pod."),
+    _column("Restarts", "The number of times the containers in this pod have been restarted "
+            "and when the last container in this pod has restarted."),
     _AGE,
-    {"name": "IP", "type": "string", "format": "", "priority": 1,
-     "description": "IP address allocated to the pod."},
-    {"name": "Node", "type": "string", "format": "", "priority": 1,
-     "description": "NodeName is a request to schedule this pod onto a specific node."},
-    {"name": "Nominated Node", "type": "string", "format": "", "priority": 1,
-     "description": "The node the scheduler nominated for this pod when preempting."},
-    {"name": "Readiness Gates", "type": "string", "format": "", "priority": 1,
-     "description": "Pod readiness gates that must be true."},
+    _column("IP", "IP address allocated to the pod.", 1),
+    _column("Node", "NodeName is a request to schedule this pod onto a specific node.", 1),
+    _column("Nominated Node", "The node the scheduler nominated for this pod when preempting.",
+            1),
+    _column("Readiness Gates", "Pod readiness gates that must be true.", 1),
 ]  # fmt: skip
 
 
@@ -213,15 +212,11 @@ def _node_row(obj: dict[str, Any], now: float) -> list[Any]:
     ]  # fmt: skip
 
 
-def _column(name: str, priority: int = 0) -> dict[str, Any]:
-    return {"name": name, "type": "string", "format": "", "priority": priority,
-            "description": name}  # fmt: skip
-
-
 _NODE_COLUMNS = [
     _NAME, _column("Status"), _column("Roles"), _AGE, _column("Version"),
-    _column("Internal-IP", 1), _column("External-IP", 1), _column("OS-Image", 1),
-    _column("Kernel-Version", 1), _column("Container-Runtime", 1),
+    _column("Internal-IP", priority=1), _column("External-IP", priority=1),
+    _column("OS-Image", priority=1), _column("Kernel-Version", priority=1),
+    _column("Container-Runtime", priority=1),
 ]  # fmt: skip
 
 
@@ -248,8 +243,7 @@ def _generic_row(obj: dict[str, Any], now: float) -> list[Any]:
     return [_name(obj), _age(obj, now)]
 
 
-_DATA = {"name": "Data", "type": "integer", "format": "", "priority": 0,
-         "description": "The number of keys in data and binaryData."}  # fmt: skip
+_DATA = _column("Data", "The number of keys in data and binaryData.", kind="integer")
 
 _PRINTERS: dict[ResourceType, tuple[list[dict[str, Any]], Row]] = {
     PODS: (_POD_COLUMNS, _pod_row),
