@@ -181,8 +181,21 @@ def test_unknown_resource_and_unreachable_redis_are_one_line_errors(
         (["--prefix", "a b"], "invalid key prefix"),
         (["--group", "audit", "--from-id", "1-0"], "--from-id and --group exclude each other"),
         (["--group", "a:b"], "group name 'a:b' is invalid"),
+        # the CloudEvents output and sink (docs/cloudevents.md)
+        (["--sink", "ftp://example.com/x"], "--sink must be an http:// or https:// URL"),
+        (["--sink", "localhost:8080"], "--sink must be an http:// or https:// URL"),
+        (["--sink", "http://r/", "--sink-mode", "bogus"],
+         "unknown --sink-mode 'bogus'; use binary or structured"),
+        (["--output", "cloudevents", "--output", "table"],
+         "--output cloudevents and --output table exclude each other"),
+        (["--sink", "http://r/", "--output", "cloudevents"],
+         "--output cloudevents and --sink exclude each other"),
+        (["--sink-mode", "binary"], "--sink-mode needs --sink URL"),
+        (["--sink", "http://r/", "--sink-backoff", "0"], "--sink-backoff must be a number"),
+        (["--sink", "http://r/", "--sink-backoff", "2", "--sink-backoff-max", "1"],
+         "--sink-backoff-max (1) is below --sink-backoff (2)"),
     ],
-)
+)  # fmt: skip
 def test_bad_flags_are_one_line_errors(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,7 +27,6 @@ from common.publication import ResourceLayout
 from common.redis_layout import ShardKeys
 from common.shard_keys import ShardKeyChoice
 from common.wire import DeltaEnvelope
-from informer_bus.cli import main
 from informer_bus.cloudevents import EventMapper, event_id, event_type
 from informer_bus.subscribe import SubscribedDelta
 from tests.app.subscribe.conftest import (
@@ -502,32 +501,3 @@ def test_tombstones_sources_and_times() -> None:
          "ce-subject": "ns/caf%C3%A9 %22x%22", "content-type": "application/json"}, b"{}",
     )  # fmt: skip
     assert parsed.get_subject() == 'ns/café "x"'
-
-
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["--sink", "ftp://example.com/x"], "--sink must be an http:// or https:// URL"),
-        (["--sink", "localhost:8080"], "--sink must be an http:// or https:// URL"),
-        (["--sink", "http://r/", "--sink-mode", "bogus"],
-         "unknown --sink-mode 'bogus'; use binary or structured"),
-        (["--output", "cloudevents", "--output", "table"],
-         "--output cloudevents and --output table exclude each other"),
-        (["--sink", "http://r/", "--output", "cloudevents"],
-         "--output cloudevents and --sink exclude each other"),
-        (["--sink-mode", "binary"], "--sink-mode needs --sink URL"),
-        (["--sink", "http://r/", "--sink-backoff", "0"], "--sink-backoff must be a number"),
-        (["--sink", "http://r/", "--sink-backoff", "2", "--sink-backoff-max", "1"],
-         "--sink-backoff-max (1) is below --sink-backoff (2)"),
-    ],
-)  # fmt: skip
-def test_bad_sink_flags_are_one_line_errors(
-    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    status = main(["subscribe", "pods", "--redis-url", "redis://127.0.0.1:1/0", *args])
-    captured = capsys.readouterr()
-    assert status == 2
-    assert captured.out == ""
-    [line] = captured.err.splitlines()
-    assert line.startswith(f"{PROGRAM}: error: ")
-    assert expected in line
