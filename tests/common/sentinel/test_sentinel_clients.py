@@ -23,8 +23,11 @@ from common.redis_config import (
 )
 from common.service_clients import service_clients
 from common.settings import LeaseTiming, RedisConnection
+from informer_bus.apiserver_sim import Simulator
 from informer_bus.local_redis import free_port
 from processor_svc.blocking_read import BlockingRead
+from tests.reflector.ha.conftest import reflector_flags
+from tests.support.bus import ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_topologies import SentinelGroup
 from tests.support.waiting import wait_until
@@ -206,3 +209,34 @@ def test_a_blocking_reader_leaves_a_paused_primary_that_came_back_as_a_replica(
         reader.close()
         commands.close()
         leases.close()
+
+
+def test_a_service_given_an_unknown_master_says_what_it_retries_and_leads_once_it_exists(
+    failover_group: SentinelGroup, sim: Simulator, tmp_path: Path
+) -> None:
+    """Issue 17's bad input for services: a sentinel may learn the name later (or a failover
+    may be under way), so a service does not exit; its log names the master and what the
+    sentinels monitor instead (no traceback), and once the sentinels know the name it leads."""
+    group = failover_group
+    flags = reflector_flags("redis://127.0.0.1/0", sim.url, redis_sentinel=group.sentinel_addresses,
+                            redis_sentinel_master="typo")  # fmt: skip
+    reflector = ReflectorProcess(flags, tmp_path / "reflector.log").start()
+    try:
+        wait_until(lambda: "acquire/renew failed" in reflector.log(), 60, interval=0.1,
+                   what="the reflector's first failed attempt")  # fmt: skip
+        lines = reflector.log().splitlines()
+        failure = next(line for line in lines if "acquire/renew failed" in line)
+        assert "MasterUnknownError: master 'typo' unknown to sentinels" in failure
+        assert "(they monitor: mymaster" in failure
+        primary = group.first_primary.port
+        for sentinel in group.sentinels:  # the name appears: the retries must find it
+            client = redis.Redis(port=sentinel.port, socket_timeout=2)
+            client.execute_command("SENTINEL", "MONITOR", "typo", "127.0.0.1", primary, 2)
+            client.close()
+        wait_until(lambda: "started leading" in reflector.log(), 60, interval=0.1,
+                   what="the reflector to lead through master 'typo'")  # fmt: skip
+        assert reflector.running()
+        assert "Traceback" not in reflector.log()
+        assert reflector.terminate() == 0
+    finally:
+        reflector.close()
