@@ -34,7 +34,10 @@ same pods, for three workloads:
   reach every shard, then take their shards over);
 * **warm restart** (informer-bus only): 1, 2 and 4 processors restarted on the filled Redis,
   no API LIST, from their start-up line until all are ready with a balanced assignment; its
-  yardstick is the bare reader's LIST;
+  yardstick is the bare reader's LIST. Each configuration restarts ``--rounds`` times, and
+  churns (below) as many times: its rows are the rounds with the median CPU per event, as the
+  bare reader's rows are its median run (its ``--bare-runs``), because per-wake-up costs make
+  a single round of either 10-25 % noisy on this machine;
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
@@ -94,6 +97,7 @@ from compare_report import (
     informer_bus_label,
     issue16_targets,
     median_bare_runs,
+    median_round,
     memory_targets,
     notes,
     print_table,
@@ -354,6 +358,23 @@ def warm_restart(
                   peak_rss_mb([c.pid for c in group.children]), extra=extra, cpu=cpu)  # fmt: skip
 
 
+def measured_restart(
+    args: argparse.Namespace, group: Group, contender: str, label: str, redis_pid: int
+) -> tuple[Result, float]:
+    """A warm restart's row, and the processors' RSS growth per cached pod over it."""
+    pids = [child.pid for child in group.children]
+    wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
+             alive=group.check_alive)  # fmt: skip
+    before = sum(memory_kb(pid, "VmRSS") for pid in pids)
+    result = warm_restart(args, group, contender, label, redis_pid)
+    after = sum(memory_kb(pid, "VmRSS") for pid in pids)
+    return result, (after - before) * 1024 / args.pods
+
+
+def of(round_: int, rounds: int) -> str:
+    return f" (round {round_} of {rounds})" if rounds > 1 else ""
+
+
 def measure_informer_bus(
     args: argparse.Namespace,
     sim: Sim,
@@ -377,15 +398,19 @@ def measure_informer_bus(
     for count, cache in CONFIGURATIONS:
         label, contender = informer_bus_label(count, cache), informer_bus_key(count, cache)
         tag = f"t{count}" + ("p" if cache == PLAIN else "")
-        progress(args, f"{label}: warm restart on the filled Redis")
+        restarts: list[Result] = []
+        for round_ in range(1, args.rounds):  # the earlier restarts: measured, then stopped
+            progress(args, f"{label}: warm restart on the filled Redis{of(round_, args.rounds)}")
+            with group_running(count, TRIVIAL, server.url, workdir, f"{tag}r{round_}",
+                               cache=cache) as group:  # fmt: skip
+                restarts.append(measured_restart(args, group, contender, label, redis_pid)[0])
+        progress(args, f"{label}: warm restart on the filled Redis{of(args.rounds, args.rounds)}")
         with group_running(count, TRIVIAL, server.url, workdir, tag, cache=cache) as group:
+            restart, processor_growth[count, cache] = measured_restart(
+                args, group, contender, label, redis_pid
+            )
+            results.append(median_round([*restarts, restart]))
             pids = [child.pid for child in group.children]
-            wait_for(lambda: all(c.url for c in group.children), "the processors' start", 120,
-                     alive=group.check_alive)  # fmt: skip
-            before = sum(memory_kb(pid, "VmRSS") for pid in pids)
-            results.append(warm_restart(args, group, contender, label, redis_pid))
-            after = sum(memory_kb(pid, "VmRSS") for pid in pids)
-            processor_growth[count, cache] = (after - before) * 1024 / args.pods
             progress(args, f"{label}: burst of {args.burst:,} updates")
             profiled = (count, cache) == CONFIGURATIONS[0]
             if profiled:  # the row issue 16's targets are read from
@@ -402,11 +427,15 @@ def measure_informer_bus(
             results.append(Result(BURST, contender, label, args.burst, seconds,
                                   peak_rss_mb(pids), extra={"redis_commands": redis_commands},
                                   cpu=per_event))  # fmt: skip
-            progress(args, f"{label}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
             every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
                      **{name: [pid] for name, pid in others.items()}}  # fmt: skip
-            results.append(measure_steady(args, sim, group, next(seeds),
-                                          key=(contender, label), pids=every))  # fmt: skip
+            churns: list[Result] = []
+            for round_ in range(1, args.rounds + 1):
+                progress(args, f"{label}: {args.steady_rate:g} updates/s for "
+                               f"{args.steady_seconds:g} s{of(round_, args.rounds)}")  # fmt: skip
+                churns.append(measure_steady(args, sim, group, next(seeds),
+                                             key=(contender, label), pids=every))  # fmt: skip
+            results.append(median_round(churns))
         reflector.check_alive()
     spy.print_summaries()
     reflector_peak = peak_rss_mb([reflector.pid])
@@ -478,6 +507,16 @@ def check_py_spy(parser: Parser, out_dir: Path | None) -> None:
         parser.error(f"--py-spy: cannot create {out_dir}: {exc.strerror}")
 
 
+def check_sizes(parser: Parser, args: argparse.Namespace) -> None:
+    if args.pods < 1 or args.burst < 1:
+        parser.error("--pods and --burst must be at least 1")
+    for flag, count in (("--bare-runs", args.bare_runs), ("--rounds", args.rounds)):
+        if count < 1:
+            parser.error(f"{flag} must be at least 1")
+    if args.steady_seconds <= 0 or args.steady_rate <= 0:
+        parser.error("--steady-seconds and --steady-rate must be positive")
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = Parser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
     sizes = parser.add_argument_group("sizes (defaults: the issue's)")
@@ -532,6 +571,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "peers, the last at the very end, the others before informer-bus; each workload's "
         "ratios use the run with the median CPU per event (default 3)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rounds of each informer-bus warm restart and steady churn (the processors "
+        "restarted for each warm restart); each row uses the round with the median CPU per "
+        "event, as the bare reader's rows use its median run (default 3)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # A contender's own process (ContenderChild); not for users.
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -544,12 +592,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
             setattr(args, name, type(default)(default))
     if args.child is not None:
         return args
-    if args.pods < 1 or args.burst < 1:
-        parser.error("--pods and --burst must be at least 1")
-    if args.bare_runs < 1:
-        parser.error("--bare-runs must be at least 1")
-    if args.steady_seconds <= 0 or args.steady_rate <= 0:
-        parser.error("--steady-seconds and --steady-rate must be positive")
+    check_sizes(parser, args)
     if args.chart_from is not None:
         if args.chart is None:
             parser.error("--chart-from needs --chart PATH.png")
@@ -574,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(),
         "sizes": {"pods": args.pods, "burst": args.burst, "steady_seconds": args.steady_seconds,
                   "steady_rate": args.steady_rate, "skipped": sorted(args.skip),
-                  "bare_runs": args.bare_runs},
+                  "bare_runs": args.bare_runs, "rounds": args.rounds},
         "versions": {name: importlib.metadata.version(name)
                      for name in ("kubernetes", "kopf", "urllib3", "orjson", "redis")},
         "rows": rows(results),

@@ -83,10 +83,20 @@ def informer_bus_label(count: int, cache: str = COMPACT) -> str:
     return f"informer-bus, {count} processor{plural}{cache_note}"
 
 
+def median_round(rounds: list[Result]) -> Result:
+    """One row out of a workload's repeated rounds: the round with the median CPU per event in
+    all (the lower middle one for an even count), with every round's figure in
+    ``extra["cpu_runs"]`` (and, for a steady churn, every round's p99 in ``p99_runs``)."""
+    ordered = sorted(rounds, key=lambda r: r.cpu_in_all)
+    middle = ordered[(len(ordered) - 1) // 2]
+    extra = {**middle.extra, "cpu_runs": [r.cpu_in_all for r in rounds]}
+    if middle.workload == STEADY:
+        extra["p99_runs"] = [r.latency.get("p99_ms") for r in rounds]
+    return replace(middle, extra=extra)
+
+
 def median_bare_runs(runs: list[list[Result]]) -> list[Result]:
-    """One bare-reader row per workload out of its repeated runs: the run with the median CPU
-    per event (the lower middle one for an even count), with every run's figure in
-    ``extra["cpu_runs"]``.
+    """One bare-reader row per workload out of its repeated runs (:func:`median_round`).
 
     Why repeat the yardstick: in two full runs (docs/runs/run6.json, run7.json) informer-bus'
     own CPU per event moved by at most a few per cent while the bare reader's moved by 12-20 %,
@@ -97,13 +107,7 @@ def median_bare_runs(runs: list[list[Result]]) -> list[Result]:
     for run in runs:
         for result in run:
             by_workload.setdefault(result.workload, []).append(result)
-    chosen: list[Result] = []
-    for results in by_workload.values():
-        ordered = sorted(results, key=lambda r: r.cpu_in_all)
-        middle = ordered[(len(ordered) - 1) // 2]
-        figures = [r.cpu_in_all for r in results]
-        chosen.append(replace(middle, extra={**middle.extra, "cpu_runs": figures}))
-    return chosen
+    return [median_round(results) for results in by_workload.values()]
 
 
 def cpu_reference(results: list[Result], workload: str) -> Result | None:
@@ -286,6 +290,10 @@ def notes(report: dict[str, Any]) -> list[str]:
         f"the bare reader, every CPU ratio's yardstick, ran {s.get('bare_runs', 1)} time(s) "
         "spread over the run (first, before informer-bus, last); each workload uses the run "
         "with the median CPU per event ('cpu_runs' in the JSON has all of them).",
+        f"informer-bus' warm restarts and steady churns ran {s.get('rounds', 1)} round(s) each "
+        "(the processors restarted for every warm restart, the same processors for every "
+        "churn); each row is the round with the median CPU per event in all, its latencies "
+        "that round's ('cpu_runs' and 'p99_runs' in the JSON have every round's).",
         "peak RSS: VmHWM of the contender's process up to the end of that workload; "
         "informer-bus: the largest processor's (the reflector's and redis-server's are in the "
         "memory lines).",

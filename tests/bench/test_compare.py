@@ -36,7 +36,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, 
     out_dir = tmp_path_factory.mktemp("compare")
     report, chart = out_dir / "report.json", out_dir / "chart.png"
     args = ("--pods", str(PODS), "--burst", str(BURST), "--steady-seconds", "0.5", "--quiet",
-            "--bare-runs", "2", "--json", str(report), "--chart", str(chart))  # fmt: skip
+            "--bare-runs", "2", "--rounds", "2",
+            "--json", str(report), "--chart", str(chart))  # fmt: skip
     out = run_bench(BENCH, *args, timeout=200)
     result: dict[str, Any] = orjson.loads(report.read_bytes())
     return result, out, out_dir
@@ -106,6 +107,15 @@ def test_every_row_has_the_cpu_per_event_of_each_process(
         assert len(row["cpu_runs"]) == 2
         assert row["cpu_in_all_us_per_event"] == min(row["cpu_runs"])
     assert report["sizes"]["bare_runs"] == 2
+    repeated = [row for row in report["rows"] if row["contender"].startswith("informer-bus/")
+                and row["workload"] in ("warm restart", "steady")]  # fmt: skip
+    assert len(repeated) == 8
+    for row in repeated:  # informer-bus' rounds: the lower middle one, as for the bare reader
+        assert len(row["cpu_runs"]) == 2
+        assert row["cpu_in_all_us_per_event"] == min(row["cpu_runs"])
+        if row["workload"] == "steady":
+            assert row["p99_ms"] in row["p99_runs"]
+    assert report["sizes"]["rounds"] == 2
     assert "CPU per event, µs" in out
     targets = report["issue16_targets"]
     assert len(targets) == 10
@@ -156,6 +166,7 @@ def test_the_table_and_the_chart_step(run: tuple[dict[str, Any], str, Path]) -> 
         (["--pods", "0"], "--pods and --burst must be at least 1"),
         (["--steady-rate", "-1"], "must be positive"),
         (["--bare-runs", "0"], "--bare-runs must be at least 1"),
+        (["--rounds", "0"], "--rounds must be at least 1"),
         (["--skip", "nobody"], "invalid choice"),
         (["--chart-from", "missing.json", "--chart", "x.png"], "no such file"),
         (["--py-spy", "/proc/version/profiles"], "--py-spy: cannot create /proc/version/profiles"),
