@@ -35,9 +35,12 @@ same pods, for three workloads:
 * **warm restart** (informer-bus only): 1, 2 and 4 processors restarted on the filled Redis,
   no API LIST, from their start-up line until all are ready with a balanced assignment; its
   yardstick is the bare reader's LIST. Each configuration restarts ``--rounds`` times, and
-  churns (below) as many times: its rows are the rounds with the median CPU per event, as the
-  bare reader's rows are its median run (its ``--bare-runs``), because per-wake-up costs make
-  a single round of either 10-25 % noisy on this machine;
+  bursts and churns (below) as many times: its rows are the rounds with the median CPU per
+  event, because per-wake-up costs make a single round 10-25 % noisy on this machine. The
+  bare reader, every ratio's yardstick, bursts and churns ``--rounds`` times in each of its
+  ``--bare-runs`` runs, and its rows are the median of all of them (runs 13 and 14, with one
+  burst per run, put 4 burst rows apart by 30 %: the yardstick's median moved by 17 %). The
+  peers burst and churn once: their own CPU per event moved by 2-11 % between runs;
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
@@ -249,11 +252,15 @@ def measure_contender(
                               peak_rss_mb([child.pid]), cpu=sync_cpu))  # fmt: skip
         sim.wait_watching(alive=child.check_alive)
         pids = {"contender": [child.pid], "simulator": [sim.process.pid]}
-        progress(args, f"{shown}: burst of {args.burst:,} updates")
-        results.append(contender_burst(sim, group, args.burst, next(seeds), kind, pids=pids))
-        progress(args, f"{shown}: {args.steady_rate:g} updates/s for {args.steady_seconds:g} s")
-        results.append(measure_steady(args, sim, group, next(seeds), key=(kind, label), pids=pids,
-                                      coalescing=kind == KOPF))  # fmt: skip
+        rounds = args.rounds if kind == BARE else 1  # the yardstick's rounds: see module doc
+        for round_ in range(1, rounds + 1):
+            progress(args, f"{shown}: burst of {args.burst:,} updates{of(round_, rounds)}")
+            results.append(contender_burst(sim, group, args.burst, next(seeds), kind, pids=pids))
+        for round_ in range(1, rounds + 1):
+            progress(args, f"{shown}: {args.steady_rate:g} updates/s for "
+                           f"{args.steady_seconds:g} s{of(round_, rounds)}")  # fmt: skip
+            results.append(measure_steady(args, sim, group, next(seeds), key=(kind, label),
+                                          pids=pids, coalescing=kind == KOPF))  # fmt: skip
     finally:
         group.stop()
         sim.end_watches()
@@ -411,22 +418,26 @@ def measure_informer_bus(
             )
             results.append(median_round([*restarts, restart]))
             pids = [child.pid for child in group.children]
-            progress(args, f"{label}: burst of {args.burst:,} updates")
-            profiled = (count, cache) == CONFIGURATIONS[0]
-            if profiled:  # the row issue 16's targets are read from
-                spy.start({"reflector": reflector.pid, "processor": pids[0]}, "burst")
-            commands = RedisCommandCosts(server.url)
-            try:
-                seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
-            finally:
-                spy.stop()
-            redis_commands = commands.per_event(args.burst)
-            if profiled:
-                print_command_costs(f"{label}, burst", redis_commands)
-            per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
-            results.append(Result(BURST, contender, label, args.burst, seconds,
-                                  peak_rss_mb(pids), extra={"redis_commands": redis_commands},
-                                  cpu=per_event))  # fmt: skip
+            bursts: list[Result] = []
+            for round_ in range(1, args.rounds + 1):
+                progress(args, f"{label}: burst of {args.burst:,} updates{of(round_, args.rounds)}")
+                # the row issue 16's targets are read from, profiled once
+                profiled = (count, cache) == CONFIGURATIONS[0] and round_ == 1
+                if profiled:
+                    spy.start({"reflector": reflector.pid, "processor": pids[0]}, "burst")
+                commands = RedisCommandCosts(server.url)
+                try:
+                    seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
+                finally:
+                    spy.stop()
+                redis_commands = commands.per_event(args.burst)
+                if profiled:
+                    print_command_costs(f"{label}, burst", redis_commands)
+                per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
+                bursts.append(Result(BURST, contender, label, args.burst, seconds,
+                                     peak_rss_mb(pids), extra={"redis_commands": redis_commands},
+                                     cpu=per_event))  # fmt: skip
+            results.append(median_round(bursts))
             every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
                      **{name: [pid] for name, pid in others.items()}}  # fmt: skip
             churns: list[Result] = []
@@ -569,16 +580,17 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="runs of the bare reader, the yardstick of every CPU ratio: the first before the "
         "peers, the last at the very end, the others before informer-bus; each workload's "
-        "ratios use the run with the median CPU per event (default 3)",
+        "ratios use the median CPU per event of all its runs and rounds (default 3)",
     )
     parser.add_argument(
         "--rounds",
         type=int,
         default=3,
         metavar="N",
-        help="rounds of each informer-bus warm restart and steady churn (the processors "
-        "restarted for each warm restart); each row uses the round with the median CPU per "
-        "event, as the bare reader's rows use its median run (default 3)",
+        help="rounds of each informer-bus warm restart, burst and steady churn (the "
+        "processors restarted for each warm restart), and of the bare reader's burst and "
+        "churn in each of its runs; each row uses the round with the median CPU per event "
+        "(default 3)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # A contender's own process (ContenderChild); not for users.

@@ -96,7 +96,8 @@ def median_round(rounds: list[Result]) -> Result:
 
 
 def median_bare_runs(runs: list[list[Result]]) -> list[Result]:
-    """One bare-reader row per workload out of its repeated runs (:func:`median_round`).
+    """One bare-reader row per workload out of its repeated runs, every round of every run
+    pooled (:func:`median_round`).
 
     Why repeat the yardstick: in two full runs (docs/runs/run6.json, run7.json) informer-bus'
     own CPU per event moved by at most a few per cent while the bare reader's moved by 12-20 %,
@@ -288,12 +289,14 @@ def notes(report: dict[str, Any]) -> list[str]:
         "handler call minus the commit stamp the simulator wrote into the update (one "
         "CLOCK_MONOTONIC for every process; bench/pipeline.py).",
         f"the bare reader, every CPU ratio's yardstick, ran {s.get('bare_runs', 1)} time(s) "
-        "spread over the run (first, before informer-bus, last); each workload uses the run "
-        "with the median CPU per event ('cpu_runs' in the JSON has all of them).",
-        f"informer-bus' warm restarts and steady churns ran {s.get('rounds', 1)} round(s) each "
-        "(the processors restarted for every warm restart, the same processors for every "
-        "churn); each row is the round with the median CPU per event in all, its latencies "
-        "that round's ('cpu_runs' and 'p99_runs' in the JSON have every round's).",
+        "spread over the run (first, before informer-bus, last), its burst and churn "
+        f"{s.get('rounds', 1)} round(s) in each; each workload uses the run or round with the "
+        "median CPU per event ('cpu_runs' in the JSON has all of them).",
+        f"informer-bus' warm restarts, bursts and steady churns ran {s.get('rounds', 1)} "
+        "round(s) each (the processors restarted for every warm restart, the same processors "
+        "for every burst and churn); each row is the round with the median CPU per event in "
+        "all, its latencies that round's ('cpu_runs' and 'p99_runs' in the JSON have every "
+        "round's). The peers burst and churn once.",
         "peak RSS: VmHWM of the contender's process up to the end of that workload; "
         "informer-bus: the largest processor's (the reflector's and redis-server's are in the "
         "memory lines).",
