@@ -39,8 +39,8 @@ same pods, for three workloads:
   event, because per-wake-up costs make a single round 10-25 % noisy on this machine. The
   bare reader, every ratio's yardstick, bursts and churns ``--rounds`` times in each of its
   ``--bare-runs`` runs, and its rows are the median of all of them (runs 13 and 14, with one
-  burst per run, put 4 burst rows apart by 30 %: the yardstick's median moved by 17 %). The
-  peers burst and churn once: their own CPU per event moved by 2-11 % between runs;
+  burst per run, put 4 burst rows apart by 30 %: the yardstick's median moved by 19 %). The
+  peers burst and churn once (a kopf burst alone takes a minute);
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
