@@ -378,6 +378,37 @@ def measured_restart(
     return result, (after - before) * 1024 / args.pods
 
 
+def informer_bus_burst(
+    args: argparse.Namespace,
+    sim: Sim,
+    group: Group,
+    redis_url: str,
+    seed: int,
+    *,
+    key: tuple[str, str],
+    others: dict[str, int],
+    spy: PySpy | None,
+) -> Result:
+    """One burst through running processors: CPU per event of each process, the Redis
+    commands it took, and (given ``spy``) where the reflector's and a processor's CPU went."""
+    contender, label = key
+    pids = [child.pid for child in group.children]
+    if spy is not None:
+        spy.start({"reflector": others["reflector"], "processor": pids[0]}, "burst")
+    commands = RedisCommandCosts(redis_url)
+    try:
+        seconds, cpu = burst(sim, group, args.burst, seed, others)
+    finally:
+        if spy is not None:
+            spy.stop()
+    redis_commands = commands.per_event(args.burst)
+    if spy is not None:
+        print_command_costs(f"{label}, burst", redis_commands)
+    per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
+    return Result(BURST, contender, label, args.burst, seconds, peak_rss_mb(pids),
+                  extra={"redis_commands": redis_commands}, cpu=per_event)  # fmt: skip
+
+
 def of(round_: int, rounds: int) -> str:
     return f" (round {round_} of {rounds})" if rounds > 1 else ""
 
@@ -423,20 +454,9 @@ def measure_informer_bus(
                 progress(args, f"{label}: burst of {args.burst:,} updates{of(round_, args.rounds)}")
                 # the row issue 16's targets are read from, profiled once
                 profiled = (count, cache) == CONFIGURATIONS[0] and round_ == 1
-                if profiled:
-                    spy.start({"reflector": reflector.pid, "processor": pids[0]}, "burst")
-                commands = RedisCommandCosts(server.url)
-                try:
-                    seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
-                finally:
-                    spy.stop()
-                redis_commands = commands.per_event(args.burst)
-                if profiled:
-                    print_command_costs(f"{label}, burst", redis_commands)
-                per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
-                bursts.append(Result(BURST, contender, label, args.burst, seconds,
-                                     peak_rss_mb(pids), extra={"redis_commands": redis_commands},
-                                     cpu=per_event))  # fmt: skip
+                bursts.append(informer_bus_burst(args, sim, group, server.url, next(seeds),
+                                                 key=(contender, label), others=others,
+                                                 spy=spy if profiled else None))  # fmt: skip
             results.append(median_round(bursts))
             every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
                      **{name: [pid] for name, pid in others.items()}}  # fmt: skip

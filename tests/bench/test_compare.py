@@ -117,6 +117,8 @@ def test_every_row_has_the_cpu_per_event_of_each_process(
         if row["workload"] == "steady":
             assert row["p99_ms"] in row["p99_runs"]
     assert report["sizes"]["rounds"] == 2
+    peers = [r for r in report["rows"] if r["contender"] in ("watch", "sharedinformer", "kopf")]
+    assert len(peers) == 9 and not any("cpu_runs" in row for row in peers)  # they run once
     assert "CPU per event, µs" in out
     targets = report["issue16_targets"]
     assert len(targets) == 10
