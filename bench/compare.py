@@ -36,11 +36,13 @@ same pods, for three workloads:
   no API LIST, from their start-up line until all are ready with a balanced assignment; its
   yardstick is the bare reader's LIST. Each configuration restarts ``--rounds`` times, and
   bursts and churns (below) as many times: its rows are the rounds with the median CPU per
-  event, because per-wake-up costs make a single round 10-25 % noisy on this machine. The
-  bare reader, every ratio's yardstick, bursts and churns ``--rounds`` times in each of its
-  ``--bare-runs`` runs, and its rows are the median of all of them (runs 13 and 14, with one
-  burst per run, put 4 burst rows apart by 30 %: the yardstick's median moved by 19 %). The
-  peers burst and churn once (a kopf burst alone takes a minute);
+  event, because per-wake-up costs make a single round 10-25 % noisy on this machine. Every
+  peer bursts and churns ``--rounds`` times too, its rows the median round (in runs 15 to 17
+  their single bursts moved by up to 25 %). The bare reader, every ratio's yardstick, runs
+  ``--bare-runs`` times (5 by default: first, between the peers, before informer-bus and at
+  the very end), bursts and churns ``--rounds`` times in each run, and its rows are the median
+  of all of them (runs 13 and 14, with one burst per run, put 4 burst rows apart by 30 %: the
+  yardstick's median moved by 19 %);
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
   streams, then released at once; from the first burst update a handler saw to the last;
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
@@ -99,8 +101,8 @@ from compare_report import (
     informer_bus_key,
     informer_bus_label,
     issue16_targets,
-    median_bare_runs,
     median_round,
+    median_rounds,
     memory_targets,
     notes,
     print_table,
@@ -228,7 +230,8 @@ def measure_contender(
     *,
     run: int = 1,
 ) -> list[Result]:
-    """A peer's three workloads; ``run``: which of the bare reader's runs this is."""
+    """A peer's three workloads, its burst and churn ``--rounds`` times each, every round a
+    result (:func:`median_rounds` picks the rows); ``run``: which of the bare reader's runs."""
     label = LABELS[kind]
     shown = label + (f" (run {run} of {args.bare_runs})" if kind == BARE else "")
     name = f"{kind}-{run}"
@@ -252,7 +255,7 @@ def measure_contender(
                               peak_rss_mb([child.pid]), cpu=sync_cpu))  # fmt: skip
         sim.wait_watching(alive=child.check_alive)
         pids = {"contender": [child.pid], "simulator": [sim.process.pid]}
-        rounds = args.rounds if kind == BARE else 1  # the yardstick's rounds: see module doc
+        rounds = args.rounds
         for round_ in range(1, rounds + 1):
             progress(args, f"{shown}: burst of {args.burst:,} updates{of(round_, rounds)}")
             results.append(contender_burst(sim, group, args.burst, next(seeds), kind, pids=pids))
@@ -486,6 +489,21 @@ def measure_informer_bus(
     return results, memory
 
 
+def bare_schedule(runs: int, peers: int) -> tuple[list[int], int]:
+    """Where the bare reader's ``runs`` go among the contenders: how many right before each of
+    the ``peers`` and before informer-bus (the list), and how many at the very end.
+
+    The first run comes before everything and, with more than one, the last after everything;
+    the others are spread evenly over the contenders, so that with the default five there is
+    one beside every contender (issue 16: runs 15 to 17 moved the yardstick's run-level offset
+    by up to 25 %, and a drift over a quarter of an hour then weighs on one run of five)."""
+    slots = [0] * (peers + 1)
+    between = runs - 1 if runs > 1 else runs
+    for run in range(between):
+        slots[run * len(slots) // between] += 1
+    return slots, runs - between
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict[str, Any]]:
     settings = SimulatorSettings(
         history_max_events=max(100_000, 2 * args.burst), history_max_age=3600.0
@@ -498,23 +516,26 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
         progress(args, f"simulator at {sim.url}, redis-server at {server.url}")
         progress(args, f"populating {args.pods:,} pods")
         sim.populate(args.pods, seed=1)
+        peers = [kind for kind in CONTENDERS if kind not in args.skip and kind != BARE]
+        before, after = bare_schedule(args.bare_runs if BARE not in args.skip else 0, len(peers))
         bare_runs: list[list[Result]] = []
-        bare = BARE not in args.skip
-        if bare:
-            bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=1))
-        for kind in CONTENDERS:
-            if kind not in args.skip and kind != BARE:
-                results += measure_contender(args, sim, kind, workdir, seeds)
-        while bare and len(bare_runs) < args.bare_runs - 1:  # the middle ones: before ours
+
+        def bare_run() -> None:
             run = len(bare_runs) + 1
             bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=run))
+
+        for slot, kind in enumerate(peers):
+            for _ in range(before[slot]):
+                bare_run()
+            results += median_rounds([measure_contender(args, sim, kind, workdir, seeds)])
+        for _ in range(before[-1]):
+            bare_run()
         ours, memory = measure_informer_bus(
             args, sim, server, workdir=workdir, stack=stack, seeds=seeds
         )
-        if bare and args.bare_runs > 1:  # the last one at the very end
-            run = len(bare_runs) + 1
-            bare_runs.append(measure_contender(args, sim, BARE, workdir, seeds, run=run))
-    return ours + median_bare_runs(bare_runs) + results, memory
+        for _ in range(after):
+            bare_run()
+    return ours + median_rounds(bare_runs) + results, memory
 
 
 # ----------------------------------------------------------------------------- command line
@@ -596,11 +617,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--bare-runs",
         type=int,
-        default=3,
+        default=5,
         metavar="N",
-        help="runs of the bare reader, the yardstick of every CPU ratio: the first before the "
-        "peers, the last at the very end, the others before informer-bus; each workload's "
-        "ratios use the median CPU per event of all its runs and rounds (default 3)",
+        help="runs of the bare reader, the yardstick of every CPU ratio: the first before "
+        "everything, the last at the very end, the others spread between the contenders (one "
+        "beside each with the default); each workload's ratios use the median CPU per event "
+        "of all its runs and rounds (default 5)",
     )
     parser.add_argument(
         "--rounds",
@@ -608,9 +630,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=3,
         metavar="N",
         help="rounds of each informer-bus warm restart, burst and steady churn (the "
-        "processors restarted for each warm restart), and of the bare reader's burst and "
-        "churn in each of its runs; each row uses the round with the median CPU per event "
-        "(default 3)",
+        "processors restarted for each warm restart), and of every other contender's burst "
+        "and churn (in each of the bare reader's runs); each row uses the round with the "
+        "median CPU per event (default 3)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # A contender's own process (ContenderChild); not for users.

@@ -95,20 +95,22 @@ def median_round(rounds: list[Result]) -> Result:
     return replace(middle, extra=extra)
 
 
-def median_bare_runs(runs: list[list[Result]]) -> list[Result]:
-    """One bare-reader row per workload out of its repeated runs, every round of every run
-    pooled (:func:`median_round`).
+def median_rounds(runs: list[list[Result]]) -> list[Result]:
+    """One row per workload out of a contender's repeated runs, every round of every run pooled
+    (:func:`median_round`); a workload measured once keeps its single result as it is.
 
     Why repeat the yardstick: in two full runs (docs/runs/run6.json, run7.json) informer-bus'
     own CPU per event moved by at most a few per cent while the bare reader's moved by 12-20 %,
     so a single bare run made every ratio as noisy as its own measurement. Its runs are spread
-    over the whole run (first, middle, last) so that a slow stretch of the machine weighs on
-    one of them, not on the yardstick."""
+    over the whole run, one beside each contender by default, so that a slow stretch of the
+    machine weighs on one of them, not on the yardstick. The peers are repeated for the same
+    reason: in runs 15 to 17 their single bursts moved by up to 25 %."""
     by_workload: dict[str, list[Result]] = {}
     for run in runs:
         for result in run:
             by_workload.setdefault(result.workload, []).append(result)
-    return [median_round(results) for results in by_workload.values()]
+    return [results[0] if len(results) == 1 else median_round(results)
+            for results in by_workload.values()]  # fmt: skip
 
 
 def cpu_reference(results: list[Result], workload: str) -> Result | None:

@@ -118,7 +118,13 @@ def test_every_row_has_the_cpu_per_event_of_each_process(
             assert row["p99_ms"] in row["p99_runs"]
     assert report["sizes"]["rounds"] == 2
     peers = [r for r in report["rows"] if r["contender"] in ("watch", "sharedinformer", "kopf")]
-    assert len(peers) == 9 and not any("cpu_runs" in row for row in peers)  # they run once
+    assert len(peers) == 9
+    for row in peers:  # their bursts and churns have rounds too; their one initial sync not
+        if row["workload"] == "initial sync":
+            assert "cpu_runs" not in row
+        else:
+            assert len(row["cpu_runs"]) == 2
+            assert row["cpu_in_all_us_per_event"] == min(row["cpu_runs"])
     assert "CPU per event, µs" in out
     targets = report["issue16_targets"]
     assert len(targets) == 10
@@ -178,3 +184,23 @@ def test_the_table_and_the_chart_step(run: tuple[dict[str, Any], str, Path]) -> 
 def test_a_bad_flag_is_one_line(args: list[str], complaint: str) -> None:
     result = run_command([sys.executable, str(BENCH)], *args)
     assert complaint in one_line_error(result, PROGRAM)
+
+
+@pytest.mark.parametrize(
+    ("runs", "peers", "before", "after"),
+    [
+        (5, 3, [1, 1, 1, 1], 1),  # the default: one beside every contender, one at the end
+        (3, 3, [1, 0, 1, 0], 1),
+        (2, 3, [1, 0, 0, 0], 1),
+        (1, 3, [1, 0, 0, 0], 0),  # a single run: before everything
+        (0, 3, [0, 0, 0, 0], 0),  # --skip bare
+        (7, 1, [3, 3], 1),
+    ],
+)
+def test_the_bare_reader_runs_first_last_and_between_the_contenders(
+    monkeypatch: pytest.MonkeyPatch, runs: int, peers: int, before: list[int], after: int
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import compare  # type: ignore[import-not-found]
+
+    assert compare.bare_schedule(runs, peers) == (before, after)
