@@ -291,14 +291,14 @@ def notes(report: dict[str, Any]) -> list[str]:
         "handler call minus the commit stamp the simulator wrote into the update (one "
         "CLOCK_MONOTONIC for every process; bench/pipeline.py).",
         f"the bare reader, every CPU ratio's yardstick, ran {s.get('bare_runs', 1)} time(s) "
-        "spread over the run (first, before informer-bus, last), its burst and churn "
-        f"{s.get('rounds', 1)} round(s) in each; each workload uses the run or round with the "
-        "median CPU per event ('cpu_runs' in the JSON has all of them).",
+        "spread over the run (one just before each other contender, one last), its burst and "
+        f"churn {s.get('rounds', 1)} round(s) in each; each workload uses the run or round "
+        "with the median CPU per event ('cpu_runs' in the JSON has all of them).",
         f"informer-bus' warm restarts, bursts and steady churns ran {s.get('rounds', 1)} "
         "round(s) each (the processors restarted for every warm restart, the same processors "
         "for every burst and churn); each row is the round with the median CPU per event in "
         "all, its latencies that round's ('cpu_runs' and 'p99_runs' in the JSON have every "
-        "round's). The peers burst and churn once.",
+        "round's). The peers burst and churn as many rounds, their rows the median round.",
         "peak RSS: VmHWM of the contender's process up to the end of that workload; "
         "informer-bus: the largest processor's (the reflector's and redis-server's are in the "
         "memory lines).",
