@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
 	@echo "make test    - install (venv, .[dev], redis-server, prometheus, kubectl) then lint, typecheck, layers, pytest"
-	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~25 min; BENCH_ARGS=--quick)"
+	@echo "make bench   - informer-bus beside kubernetes, kopf and a bare loop (~30 min; BENCH_ARGS=--quick)"
 	@echo "make bench-core - the core's micro-benchmarks (bench/core.py)"
 	@echo "make bench-groups - processor groups with views beside an unfiltered one (~1 min; GROUPS_ARGS=--quick)"
 	@echo "make bench-co-sharding - a co-sharded processor's CPU per event beside a single-resource one, and a shard group's takeover (CO_ARGS=--quick)"

@@ -39,8 +39,8 @@ same pods, for three workloads:
   event, because per-wake-up costs make a single round 10-25 % noisy on this machine. Every
   peer bursts and churns ``--rounds`` times too, its rows the median round (in runs 15 to 17
   their single bursts moved by up to 25 %). The bare reader, every ratio's yardstick, runs
-  ``--bare-runs`` times (5 by default: first, between the peers, before informer-bus and at
-  the very end), bursts and churns ``--rounds`` times in each run, and its rows are the median
+  ``--bare-runs`` times (5 by default: one just before each other contender and one at the
+  very end), bursts and churns ``--rounds`` times in each run, and its rows are the median
   of all of them (runs 13 and 14, with one burst per run, put 4 burst rows apart by 30 %: the
   yardstick's median moved by 19 %);
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
