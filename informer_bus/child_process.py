@@ -112,27 +112,16 @@ def start_tied(
     args: Sequence[str],
     *,
     death_signal: signal.Signals = signal.SIGKILL,
-    then: Callable[[], None] | None = None,
     **popen_kwargs: Any,
 ) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(args, **popen_kwargs)`` whose child gets ``death_signal`` when the
     calling thread (see the module docstring) or its process dies, however it dies. Only bytes
-    I/O (no ``text=``), and no ``preexec_fn`` of the caller's: the tie is the one it runs, then
-    ``then`` if given (in the child before ``exec``, under ``preexec_fn``'s caveats)."""
+    I/O (no ``text=``), and no ``preexec_fn`` of the caller's: the tie is the one it runs."""
     if "preexec_fn" in popen_kwargs:
         raise TypeError("start_tied() sets preexec_fn itself")
     tie = parent_death_preexec(death_signal) if TIES_CHILDREN else None
-    preexec = tie
-    if then is not None:
-        after = then
-
-        def preexec() -> None:
-            if tie is not None:
-                tie()
-            after()
-
     # The thread-safety caveat of preexec_fn is the module docstring's; tie_to_parent meets it.
-    return subprocess.Popen(list(args), preexec_fn=preexec, **popen_kwargs)  # noqa: PLW1509
+    return subprocess.Popen(list(args), preexec_fn=tie, **popen_kwargs)  # noqa: PLW1509
 
 
 class StopSignal(Protocol):
@@ -173,8 +162,6 @@ class ChildProcess:
     dies), so start it from a thread that outlives it. ``own_process_group``: a Ctrl-C in the
     terminal reaches only us, who stop the children in our own order. ``stop_signal``: what
     :meth:`terminate` sends to ask for a clean stop (py-spy saves its profile on SIGINT).
-    ``preexec``: run in the child before ``exec`` (after the tie), under ``preexec_fn``'s
-    caveats (the module docstring's): e.g. a test resetting signal dispositions.
 
     Invariant: after :meth:`stop`, :meth:`kill` or :meth:`close` the process is reaped, the
     reader thread joined and every pipe and file closed.
@@ -192,7 +179,6 @@ class ChildProcess:
     death_signal: signal.Signals = signal.SIGKILL
     own_process_group: bool = False
     stop_signal: signal.Signals = signal.SIGTERM
-    preexec: Callable[[], None] | None = None
     killed: bool = field(default=False, init=False)
     """The last :meth:`stop` had to SIGKILL it (or :meth:`kill` or :meth:`close` did)."""
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -231,11 +217,9 @@ class ChildProcess:
             popen["process_group"] = 0
         try:
             if self.tied:
-                self._process = start_tied(
-                    self.args, death_signal=self.death_signal, then=self.preexec, **popen
-                )
+                self._process = start_tied(self.args, death_signal=self.death_signal, **popen)
             else:
-                self._process = subprocess.Popen(self.args, preexec_fn=self.preexec, **popen)  # noqa: PLW1509
+                self._process = subprocess.Popen(self.args, **popen)
         except BaseException:
             self.close()
             raise

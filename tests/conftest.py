@@ -14,10 +14,11 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.support import socket_origins
+from tests.support import inherited_signals, socket_origins
 from tests.support.redis_server import RedisServer
 
 socket_origins.install()
+inherited_signals.give_children_the_default_stop_signals()
 
 pytest_plugins = ["tests.support.simulator"]
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from informer_bus.apiserver_sim.command import READY_PREFIX
+from tests.support.cli import ROOT
 
 
 def _ignore_hangups() -> None:
@@ -64,3 +65,41 @@ def test_a_hangup_ignored_by_whoever_started_it_stays_ignored(
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
+
+
+_LAUNCHER = """
+import os, signal, subprocess, sys
+from tests.support import inherited_signals
+if sys.argv[1] == "fixed":
+    inherited_signals.give_children_the_default_stop_signals()
+os.kill(os.getpid(), signal.SIGINT)  # the launcher's ignore still holds here
+os.kill(os.getpid(), signal.SIGHUP)
+probe = (
+    "import signal as s; "
+    "print(s.getsignal(s.SIGINT) is s.default_int_handler, s.getsignal(s.SIGHUP) is s.SIG_DFL)"
+)
+print(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout, end="")
+"""
+
+
+def _ignore_stop_signals() -> None:
+    """What ``nohup`` does, and a non-interactive shell for ``make test &``."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("mode", "child_sees_defaults"), [("fixed", "True True"), ("as-launched", "False False")]
+)
+def test_a_suite_launched_deaf_to_ctrl_c_and_hangups_gives_its_children_the_defaults(
+    mode: str, child_sees_defaults: str
+) -> None:
+    """tests/conftest.py's call: without it, ``nohup make test`` hands every service under test
+    an ignored SIGINT and SIGHUP, which the services rightly keep, and each test that presses
+    Ctrl-C on one waits for an exit that never comes."""
+    launched = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, mode], capture_output=True, text=True, cwd=ROOT,
+        preexec_fn=_ignore_stop_signals, timeout=30, check=False,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.strip() == child_sees_defaults

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -62,18 +61,10 @@ def demo_env(marker: str, extra: Mapping[str, str] | None = None) -> dict[str, s
     return {**clean, "REDIS_URL": "", MARKER_ENV: marker, **(extra or {})}
 
 
-def reset_signals() -> None:
-    """A ``preexec_fn``: SIGHUP and SIGINT as a terminal would deliver them, even when the
-    tests run under ``nohup`` or as a background job (which the demo would respect)."""
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start_demo(out: Path, marker: str, *args: str) -> ChildProcess:
     """The demo as a child, its output (stdout and stderr) in ``out``."""
     return ChildProcess(
-        [*DEMO, *args], name="demo", log_path=out, cwd=ROOT, env=demo_env(marker),
-        preexec=reset_signals,
+        [*DEMO, *args], name="demo", log_path=out, cwd=ROOT, env=demo_env(marker)
     ).start()  # fmt: skip
 
 

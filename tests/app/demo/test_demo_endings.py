@@ -27,7 +27,6 @@ from tests.app.demo.support import (
     assert_nothing_left,
     demo_env,
     pids,
-    reset_signals,
     start_demo,
     stop,
     wait_for_output,
@@ -42,8 +41,8 @@ STARTED_CHILDREN = {"redis-server", "apiserver-sim", "reflector", "processor-1"}
 
 def _take_terminal() -> None:
     """In the child: a session of its own whose controlling terminal is its stdin (a pty), as
-    for a demo started from a terminal window."""
-    reset_signals()
+    for a demo started from a terminal window (SIGINT and SIGHUP at their defaults:
+    tests/support/inherited_signals.py)."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
