@@ -587,7 +587,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     sizes.add_argument(
         "--quick",
         action="store_true",
-        help="5k pods, bursts of 5k, 5 s steady: a try in about 2 minutes",
+        help="5k pods, bursts of 5k, 5 s steady: a try in about 5 minutes (too few pods for the "
+        "cold start and memory targets to say anything: a fixed cost dominates)",
     )
     parser.add_argument(
         "--skip",
