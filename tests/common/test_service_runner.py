@@ -79,6 +79,12 @@ probe = (
     "print(s.getsignal(s.SIGINT) is s.default_int_handler, s.getsignal(s.SIGHUP) is s.SIG_DFL)"
 )
 print(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout, end="")
+worker = (  # a pytest-xdist worker imports tests/conftest.py too
+    "import signal as s; from tests.support import inherited_signals as i; "
+    "i.give_children_the_default_stop_signals(); "
+    "print(s.getsignal(s.SIGINT) is i._still_ignored, s.getsignal(s.SIGHUP) is i._still_ignored)"
+)
+print(subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True).stdout, end="")
 """
 
 
@@ -89,17 +95,19 @@ def _ignore_stop_signals() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "child_sees_defaults"), [("fixed", "True True"), ("as-launched", "False False")]
+    ("mode", "child_sees_defaults", "worker_stays_deaf"),
+    [("fixed", "True True", "True True"), ("as-launched", "False False", "True True")],
 )
 def test_a_suite_launched_deaf_to_ctrl_c_and_hangups_gives_its_children_the_defaults(
-    mode: str, child_sees_defaults: str
+    mode: str, child_sees_defaults: str, worker_stays_deaf: str
 ) -> None:
     """tests/conftest.py's call: without it, ``nohup make test`` hands every service under test
     an ignored SIGINT and SIGHUP, which the services rightly keep, and each test that presses
-    Ctrl-C on one waits for an exit that never comes."""
+    Ctrl-C on one waits for an exit that never comes. A test worker, which calls it too, stays
+    as deaf as the run, though with the fix it was not born with the ignore."""
     launched = subprocess.run(
         [sys.executable, "-c", _LAUNCHER, mode], capture_output=True, text=True, cwd=ROOT,
         preexec_fn=_ignore_stop_signals, timeout=30, check=False,
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr
-    assert launched.stdout.strip() == child_sees_defaults
+    assert launched.stdout.splitlines() == [child_sees_defaults, worker_stays_deaf]
