@@ -44,7 +44,10 @@ class CpuSpan:
         self.before = self._read()
 
     def _read(self) -> dict[str, float]:
-        return {name: sum(map(process_cpu_seconds, ids)) for name, ids in self.pids.items()}
+        """Each process read once: a group (``processors``) and its members (``processor-0``)
+        read at different instants could differ by a clock tick, and their sum would not add up."""
+        seconds = {pid: process_cpu_seconds(pid) for ids in self.pids.values() for pid in ids}
+        return {name: sum(seconds[pid] for pid in ids) for name, ids in self.pids.items()}
 
     def per_event_us(self, events: int) -> dict[str, float]:
         """µs of CPU per event of each group since the span began (read now)."""
