@@ -54,7 +54,8 @@ same pods, for three workloads:
 kopf batches the events of one object (``settings.batching.batch_window``, 0.1 s): an object
 updated twice within the window may reach the handler once, with its newest state. Its burst and
 steady rows count every update the API server sent (the cache ends up the same), wait for the
-last one, and say how many the handler saw (``handled``).
+last one and a quiet second after it (another object's batch may still be open), and say how
+many the handler saw (``handled``).
 
 Memory: peak RSS per process; Redis ``used_memory`` per cached pod after the reflector's list
 (streams retain every delta: the initial list is in them); a processor's RSS growth per cached
@@ -110,7 +111,7 @@ from compare_report import (
     write_chart,
 )
 from harness import BenchError, start_simulator_and_redis
-from pipeline_workloads import burst, steady
+from pipeline_workloads import burst, coalesced_to, steady
 from proc_stats import CpuSpan, memory_kb, peak_rss_mb, process_cpu_seconds
 from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
 from profiling import PySpy, RedisCommandCosts, print_command_costs
@@ -167,18 +168,6 @@ class ContenderGroup(Group):
         self.children = [child]
 
 
-def last_step_seen(group: Group, count: int, what: str) -> None:
-    """Until the handler saw update ``count - 1`` of a churn: every other update is older, so
-    a contender that coalesces events (kopf) has then caught up. Polled slowly: the times come
-    from the handler's stamps, not from this loop."""
-    deadline = time.monotonic() + timeout_for(count)
-    while not any(update.step == count - 1 for update in group.updates()):
-        group.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def contender_burst(
     sim: Sim, group: ContenderGroup, count: int, seed: int, kind: str, *, pids: dict[str, list[int]]
 ) -> Result:
@@ -187,7 +176,7 @@ def contender_burst(
     sim.burst(count, seed)
     what = f"{LABELS[kind]}'s burst"
     if kind == KOPF:
-        last_step_seen(group, count, what)
+        coalesced_to(group, count - 1, what)
     else:
         wait_for(
             lambda: group.updates_seen() >= count, what, timeout_for(count), alive=group.check_alive
