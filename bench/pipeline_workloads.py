@@ -37,21 +37,19 @@ def coalesced_to(group: Group, last_step: int, what: str) -> None:
     The newest update is not the last call: another object's worker may still be waiting out
     its batch window. Stopping at the newest one left such a call to land after the next
     workload's :meth:`Group.mark`, and a burst of 200 counted 201 calls."""
-    deadline = time.monotonic() + timeout_for(last_step + 1)
     seen, quiet_since = -1, time.monotonic()
-    while True:
-        group.check_alive()
-        updates = group.updates()
-        now = time.monotonic()
-        if len(updates) != seen:
-            seen, quiet_since = len(updates), now
-        elif now - quiet_since >= COALESCING_QUIET_SECONDS and any(
-            update.step == last_step for update in updates
-        ):
-            return
-        if now > deadline:
-            raise BenchError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+
+    def settled() -> bool:
+        nonlocal seen, quiet_since
+        count, now = group.updates_seen(), time.monotonic()
+        if count != seen:
+            seen, quiet_since = count, now
+            return False
+        return now - quiet_since >= COALESCING_QUIET_SECONDS and any(
+            update.step == last_step for update in group.updates()
+        )
+
+    wait_for(settled, what, timeout_for(last_step + 1), alive=group.check_alive)
 
 
 def burst(

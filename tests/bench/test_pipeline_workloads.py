@@ -35,6 +35,10 @@ class Handler:
         with self.lock:
             return list(self.recorded)
 
+    def updates_seen(self) -> int:
+        with self.lock:
+            return len(self.recorded)
+
     def check_alive(self) -> None:
         pass
 
