@@ -368,15 +368,19 @@ def stream_problems(calls: Sequence[Call], entries: Iterable[Entry]) -> list[str
 
 def deletion_problems(calls: Sequence[Call], entries: Iterable[Entry]) -> list[str]:
     """Every deletion on the streams -- watched (final state) or inferred by a relist
-    (tombstone) -- reached ``on_delete`` with the same RV and kind, and ``on_delete`` was never
-    called for anything else.
+    (tombstone) -- of a key the handlers were told about reached ``on_delete`` with the same RV
+    and kind, and ``on_delete`` was never called for anything without a deletion there.
 
-    Sound because the reflector never trims here (retention keeps 10k entries per shard and runs
-    hourly) and never re-creates a name (the churn's names only grow): each deleted key has
-    exactly one deletion entry, and a processor calls ``on_delete`` for it live, or in a
-    takeover when the entry was not acknowledged, or never again once it was.
+    A key the handlers never heard of (created and deleted while its shard was unowned, or
+    before an owner read it) gets no ``on_delete``, except when an owner handed it to its
+    handlers and died before the call (``processor_svc.held_keys``): then with the same RV and
+    kind too. Sound because the reflector never trims here (retention keeps 10k entries per
+    shard and runs hourly) and never re-creates a name (the churn's names only grow): each
+    deleted key has exactly one deletion entry, and a processor calls ``on_delete`` for it
+    live, or in a takeover when the entry was not acknowledged, or never again once it was.
     """
     deletions = {e.key: e for e in entries if e.is_deletion}
+    told = {call.key for call in calls if call.kind != "delete"}
     deletes: dict[str, list[Call]] = defaultdict(list)
     for call in calls:
         if call.kind == "delete":
@@ -385,9 +389,10 @@ def deletion_problems(calls: Sequence[Call], entries: Iterable[Entry]) -> list[s
     for key, entry in deletions.items():
         seen = deletes.get(key)
         if not seen:
-            kind = "tombstone" if entry.tombstone else "deletion"
-            problems.append(f"{key}: {kind}@{entry.rv} (stream id {entry.stream_id}) never "
-                            "reached on_delete")  # fmt: skip
+            if key in told:
+                kind = "tombstone" if entry.tombstone else "deletion"
+                problems.append(f"{key}: {kind}@{entry.rv} (stream id {entry.stream_id}) never "
+                                "reached on_delete")  # fmt: skip
             continue
         for call in seen:
             if call.rv != entry.rv or call.tombstone != entry.tombstone:
