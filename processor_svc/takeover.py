@@ -123,7 +123,8 @@ class Takeover:
     its scripts; ``name`` prefixes the log lines (the worker's thread name). With a ``view``
     (:mod:`processor_svc.view`) the snapshot is selected and projected like the stream, and the
     unacknowledged entries yield a deletion for every key whose last state there was selected
-    but which the selected snapshot lacks (it was deleted, or it left the view).
+    but which the selected snapshot lacks (it was deleted, or it left the view), its object
+    projected like the snapshot's.
     """
 
     def __init__(
@@ -370,20 +371,23 @@ class Takeover:
                 break
             cursor = "(" + as_text(rows[-1][0])
         self._report_gap(view, len(pending_ids) - found_pending, found_undelivered)
-        return [*deletions.values(), *(self._left_view(env) for env in last_selected.values())]
+        return [self._as_held(env) for env in (*deletions.values(), *last_selected.values())]
 
-    def _left_view(self, envelope: DeltaEnvelope) -> DeltaEnvelope:
-        """The deletion of a key that left the group's view: its last selected state, as the
-        group would have held it (projected)."""
-        assert self._view is not None and envelope.obj is not None
-        obj = self._view.project(envelope.obj)
+    def _as_held(self, envelope: DeltaEnvelope) -> DeltaEnvelope:
+        """The deletion ``envelope`` tells the handlers of (a deletion, its final state or a
+        tombstone's last one; or the last selected state of a key that left the view), its
+        object as the group holds objects: projected, like every object a handler is handed."""
+        obj = envelope.obj
+        if self._view is None:
+            return envelope  # no view: every deletion here is one, its object held whole
         return DeltaEnvelope(
             DeltaType.DELETED,
             envelope.key,
             envelope.resource_version,
             envelope.uid,
-            obj,
+            None if obj is None else self._view.project(obj),
             envelope.observed_at,
+            envelope.tombstone,
         )
 
     def _report_gap(self, view: ShardView, trimmed_pending: int, undelivered: int) -> None:
