@@ -85,6 +85,12 @@ class Keeper(Recorder):
             self.handed.append(("delete", meta_namespace_key(obj), obj))
         super().on_delete(obj)
 
+    def told(self) -> list[tuple[str, str]]:
+        """``(call, key)`` of every call, sorted, a tombstone as a deletion: what a takeover
+        tells of a key that vanished (its final state, or as a tombstone its last one told)."""
+        return sorted(("delete" if call == "tombstone" else call, key) for call, key, _ in
+                      self.handed)  # fmt: skip
+
     def leaks(self) -> list[str]:
         """Every object handed over with more than the projection keeps."""
         return [
@@ -127,17 +133,19 @@ def taken_over(
     write: Callable[[], None] | None = None,
     store: Indexer | None = None,
 ) -> tuple[Keeper, Indexer]:
-    """A previous owner handled and acknowledged ``handled``, read ``in_flight`` (pending) and
-    died; ``unread`` (and whatever ``write`` writes) came after. A worker with ``view`` takes
-    the shard over: returns what its handler was handed by the time it synced, and its store."""
+    """A previous owner (a worker with ``view``) handled ``handled`` and acknowledged it, then
+    read ``in_flight`` and died before handling it (pending); ``unread`` (and whatever ``write``
+    writes) came after. A worker with ``view`` takes the shard over: returns what its handler
+    was handed by the time it synced, and its store."""
     client, stream = shard.client, shard.keys.stream
-    client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    for batch in (handled, in_flight):
-        if batch:
-            ids = shard.publish(*batch)
-            client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=len(ids))
-            if batch is handled:
-                client.xack(stream, GROUP, *ids)
+    if handled:
+        shard.publish(*handled)
+    with shard.running(("keep", Keeper()), block_ms=200, view=view) as (worker, _, _):
+        assert worker.wait_for_sync(5)
+        wait_until(lambda: delivered_and_acknowledged(shard), what="the previous owner's acks")
+    if in_flight:
+        ids = shard.publish(*in_flight)
+        client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=len(ids))
     if unread:
         shard.publish(*unread)
     if write is not None:
@@ -257,14 +265,13 @@ def test_a_takeover_hands_over_unacknowledged_deletions_projected(
     shard: Shard, view: GroupView
 ) -> None:
     """The previous owner's handlers held a and b; it died with a's deletion in flight and
-    b's unread: the new owner tells its handlers of both, projected."""
+    b's unread: the new owner tells its handlers of both (with the final state, or the last one
+    told as a tombstone), projected."""
     keeper, _ = taken_over(
         shard, view, [added("a", "1"), added("b", "2"), added("c", "3")],
         [deleted("a", "4")], [deleted("b", "5")],
     )  # fmt: skip
-    assert sorted((call, key, rv(obj)) for call, key, obj in keeper.handed) == [
-        ("delete", "ns/a", "4"), ("delete", "ns/b", "5"), ("initial add", "ns/c", "3"),
-    ]  # fmt: skip
+    assert keeper.told() == [("delete", "ns/a"), ("delete", "ns/b"), ("initial add", "ns/c")]
     assert keeper.leaks() == []
 
 
@@ -275,9 +282,7 @@ def test_a_takeover_hands_over_unacknowledged_tombstones_projected(
         shard, view, [added("a", "1"), added("b", "2")],
         [deleted("a", "1", tombstone=True)], [deleted("b", "2", tombstone=True)],
     )  # fmt: skip
-    assert sorted((call, key) for call, key, _ in keeper.handed) == [
-        ("tombstone", "ns/a"), ("tombstone", "ns/b"),
-    ]  # fmt: skip
+    assert keeper.told() == [("delete", "ns/a"), ("delete", "ns/b")]
     assert keeper.leaks() == []
 
 
@@ -288,13 +293,26 @@ def test_a_takeover_hands_over_an_unacknowledged_move_out_projected(
     held this one: its outgoing half is a deletion here."""
     keeper, _ = taken_over(shard, view, [added("a", "1")], [], [],
                            write=lambda: move_out(shard, "ns/a"))  # fmt: skip
+    assert keeper.told() == [("delete", "ns/a")]
+    assert keeper.leaks() == []
+
+
+def test_a_takeover_hands_over_a_key_that_left_the_view_in_flight_projected(shard: Shard) -> None:
+    """The previous owner read a's add and died (its handlers may have been told); a then left
+    the view: the new owner tells the deletion of a's last selected state, projected."""
+    view = GroupView(RESOURCE, **VIEWS["selected"])
+    keeper, _ = taken_over(shard, view, [], [added("a", "1")], [updated("a", "2", app="db")])
     assert [(call, key, rv(obj)) for call, key, obj in keeper.handed] == [("delete", "ns/a", "1")]
     assert keeper.leaks() == []
 
 
-def test_a_takeover_hands_over_a_key_that_left_the_view_projected(shard: Shard) -> None:
+def test_a_takeover_hands_over_a_held_key_that_left_the_view_projected(shard: Shard) -> None:
+    """The previous owner's handlers were told of a and acknowledged it; a left the view while
+    nobody owned the shard: the new owner tells the deletion (what the group's handlers hold
+    must be known to it: fails before issue 33's held set, the deletion is never told), with
+    the last state they were given, projected."""
     view = GroupView(RESOURCE, **VIEWS["selected"])
-    keeper, _ = taken_over(shard, view, [], [added("a", "1")], [updated("a", "2", app="db")])
+    keeper, _ = taken_over(shard, view, [added("a", "1")], [], [updated("a", "2", app="db")])
     assert [(call, key, rv(obj)) for call, key, obj in keeper.handed] == [("delete", "ns/a", "1")]
     assert keeper.leaks() == []
 
@@ -305,9 +323,7 @@ def test_version_1_entries_are_projected_in_a_takeover(shard: Shard, view: Group
         shard, view, [v1(DeltaType.ADDED, "a", "1"), v1(DeltaType.ADDED, "b", "2")],
         [v1(DeltaType.DELETED, "a", "3")], [],
     )  # fmt: skip
-    assert sorted((call, key, rv(obj)) for call, key, obj in keeper.handed) == [
-        ("delete", "ns/a", "3"), ("initial add", "ns/b", "2"),
-    ]  # fmt: skip
+    assert keeper.told() == [("delete", "ns/a"), ("initial add", "ns/b")]
     assert keeper.leaks() == [] and store_leaks(store) == []
 
 
