@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.exceptions import ResponseError
 
 from informer_bus.apiserver_sim import ApiError, Simulator
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.handler_calls import Call, read_calls
 from tests.support.waiting import wait_until
 
-__all__ = ["SHARDS", "GroupPipeline", "Relabeler", "as_flags"]
+__all__ = ["SHARDS", "GroupPipeline", "InFlight", "Relabeler", "as_flags"]
 
 SHARDS = 8
 LEASE, RENEW, RETRY = 2.0, 1.5, 0.2
@@ -199,3 +200,47 @@ class Relabeler:
         else:
             self.moved_in += 1
         self.keys.add(key)
+
+
+class InFlight:
+    """The keys of the entries a group's owners read and had not acknowledged, sampled every
+    ``interval`` seconds in a thread: what a member killed or stopping may or may not have told
+    its handlers (at-least-once), so a next owner may tell them a deletion of a key they never
+    heard of. A stop leaves its entries pending until the next owner's takeover, at least a
+    lease hand-over later, so the samples see every one of them."""
+
+    def __init__(self, pipeline: GroupPipeline, groups: Sequence[str], interval: float = 0.05):
+        self.pipeline, self.groups, self.interval = pipeline, groups, interval
+        self._ids: dict[str, set[tuple[int, str]]] = {group: set() for group in groups}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="in-flight", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        client, shards = self.pipeline.client, self.pipeline.bus().shards
+        try:
+            while not self._stop.wait(self.interval):
+                for group in self.groups:
+                    for keys in shards:
+                        try:
+                            rows = client.xpending_range(keys.stream, group, "-", "+", 10_000)
+                        except ResponseError:
+                            continue  # no consumer group yet
+                        self._ids[group].update((keys.shard, _text(r["message_id"])) for r in rows)
+        except BaseException as err:  # reported by stop()
+            self.error = err
+
+    def keys(self, group: str) -> set[str]:
+        """The keys of every entry seen in flight for ``group`` (after :meth:`stop`)."""
+        ids = self._ids[group]
+        entries = self.pipeline.bus().all_entries()
+        return {e.key for e in entries if (e.shard, e.stream_id) in ids}

@@ -22,9 +22,11 @@ held), and :class:`Told` names what a client-go informer's handlers are never sh
   version);
 * with ``allowed_parts``, an object handed over with a part its projection removes.
 
-A repeated deletion of a key already deleted is at-least-once delivery (a deletion handled but
-not yet acknowledged when its owner died is delivered again) and is not a problem, nor is an
-initial list's add of a key held (a new owner re-delivers its shards).
+What at-least-once delivery does is not a problem, only counted (:attr:`Told.allowed`): an
+initial list's add of a key held (a new owner re-delivers its shards), a repeated deletion (one
+handled but not acknowledged when its owner stopped is delivered again), and a deletion of a
+key never told whose entry an owner read and stopped before acknowledging (``maybe_told``: it
+cannot know whether its handlers were called, so the next owner tells the deletion).
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class Told:
     """Per kind of problem (:data:`PROBLEMS`), per key, the calls that made it (empty for the
     end state's problems)."""
     truth: Mapping[str, str] = field(default_factory=dict)
+    allowed: dict[str, int] = field(default_factory=dict)
+    """What at-least-once delivery did (module docstring), counted: ``deleted_again``,
+    ``deleted_maybe_told``."""
 
     def found(self, kind: str, key: str, call: Call | None = None) -> None:
         calls = self.problems.setdefault(kind, {}).setdefault(key, [])
@@ -98,7 +103,10 @@ class Told:
         history (the last ``calls_per_key`` calls) and its truth; empty when nothing is wrong."""
         if not self.problems:
             return ""
-        lines = [f"{what}: {self.counts()} (keys), over {len(self.history)} keys told"]
+        lines = [
+            f"{what}: {self.counts()} (keys), over {len(self.history)} keys told "
+            f"(at-least-once: {self.allowed})"
+        ]
         for kind, per_key in self.problems.items():
             lines.append(f"- {PROBLEMS[kind]}: {len(per_key)} keys, {self.calls_of(kind)} calls")
             for key in sorted(per_key)[:keys_per_kind]:
@@ -125,17 +133,20 @@ def replay(
     truth: Mapping[str, str],
     *,
     outside_view: Collection[str] = (),
+    maybe_told: Collection[str] = (),
     allowed_parts: Collection[str] | None = None,
 ) -> Told:
     """Replay a group's calls (every member's, :func:`in_call_order`) into what its handlers
     hold, and check it (module docstring) against ``truth``; ``outside_view``: the keys of the
-    objects the API has that the view does not select; ``allowed_parts``: what the group's
-    projection keeps of an object (:func:`tests.support.recording_handler.parts_of`), ``None``
-    to skip that check."""
+    objects the API has that the view does not select; ``maybe_told``: the keys of entries an
+    owner read and left unacknowledged (:class:`tests.support.group_pipeline.InFlight`);
+    ``allowed_parts``: what the group's projection keeps of an object
+    (:func:`tests.support.recording_handler.parts_of`), ``None`` to skip that check."""
     told = Told(truth=truth)
+    maybe = set(maybe_told)
     for call in in_call_order(calls):
         told.history.setdefault(call.key, []).append(call)
-        _step(told, call)
+        _step(told, call, maybe)
         if allowed_parts is not None and not set(call.parts + call.old_parts) <= set(allowed_parts):
             told.found("projection_leak", call.key, call)
     outside = set(outside_view)
@@ -149,7 +160,7 @@ def replay(
     return told
 
 
-def _step(told: Told, call: Call) -> None:
+def _step(told: Told, call: Call, maybe_told: set[str]) -> None:
     """Apply one call to what the handlers hold, noting what a client-go informer never does."""
     key, held = call.key, told.held
     told_before = len(told.history[key]) > 1
@@ -163,7 +174,10 @@ def _step(told: Told, call: Call) -> None:
         elif call.old_rv != held[key]:
             told.found("updated_from_other_state", key, call)
         held[key] = call.rv
+    elif key in held:
+        del held[key]
+    elif told_before or key in maybe_told:
+        kind = "deleted_again" if told_before else "deleted_maybe_told"
+        told.allowed[kind] = told.allowed.get(kind, 0) + 1
     else:
-        if not told_before:
-            told.found("deleted_never_told", key, call)
-        held.pop(key, None)
+        told.found("deleted_never_told", key, call)
