@@ -18,10 +18,8 @@ assertion shows all of them at once:
 from __future__ import annotations
 
 import itertools
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +30,7 @@ from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import Bus, Entry, ProcessorProcess, closing_with_logs
+from tests.support.handler_calls import Call, read_calls
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
@@ -119,58 +118,6 @@ def spawn(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., P
 
 
 # --- the recorded handler calls ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One recorded handler call (a line of a ``.jsonl`` log; ``seq``: its line number)."""
-
-    member: str
-    pid: int
-    seq: int
-    t: float
-    end: float
-    kind: str
-    initial: bool
-    key: str
-    rv: str
-    old_rv: str
-    tombstone: bool
-    shard: int
-    holder: str | None
-    epoch: int | None
-    mine: bool
-    lease_read: bool = True
-    """``False``: Redis did not answer, ``holder`` and ``epoch`` are this process's own lease of
-    the shard as last observed (``bench/chaos/recorder.py``)."""
-    unread_since: float | None = None
-    """When the recorder's lease reads started failing (with ``lease_read`` false)."""
-
-    @property
-    def rv_int(self) -> int:
-        return int(self.rv) if self.rv else -1
-
-    def __str__(self) -> str:
-        flags = ("initial " if self.initial else "") + ("tombstone " if self.tombstone else "")
-        return (
-            f"{self.member}#{self.seq} {flags}{self.kind} {self.key}@{self.rv} shard {self.shard} "
-            f"epoch {self.epoch} at {self.t:.3f}"
-        )
-
-
-def read_calls(directory: Path) -> list[Call]:
-    """Every processor's recorded calls, each log in its order (one process per log).
-
-    A line is a call once its newline is there. Each is one ``os.write``, but a reader of a
-    live process's log can still meet one half copied (a write that spans a page boundary
-    becomes visible page by page), so the unterminated tail, if any, is left for the next
-    read."""
-    calls: list[Call] = []
-    for path in sorted(directory.glob("*.jsonl")):
-        *complete, _unterminated = path.read_bytes().split(b"\n")
-        for seq, line in enumerate(complete):
-            calls.append(Call(seq=seq, **json.loads(line)))
-    return calls
 
 
 def live_calls(calls: Iterable[Call], member: str) -> int:

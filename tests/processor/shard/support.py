@@ -37,6 +37,37 @@ RESOURCE = "pods"
 MEMBER = "member-a"
 
 
+def pod(key: str, rv: str, *, app: str = "web", node: str = "n1", phase: str = "Running") -> Obj:
+    """A pod labelled ``app``, with a spec, a status and managedFields (what a projection cuts)."""
+    namespace, _, name = key.rpartition("/")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": rv,
+            "uid": f"uid-{key}",
+            "labels": {"app": app},
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": phase},
+    }
+
+
+def entry(kind: DeltaType, obj: Obj, *, tombstone: bool = False) -> PendingDelta:
+    """The entry a reflector publishes for ``obj``, with the pod's selectable fields in its
+    header as the reflector puts them there."""
+    meta = obj["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    envelope = DeltaEnvelope(kind, key, meta["resourceVersion"], meta["uid"], obj, TS, tombstone)
+    fields = header_fields(RESOURCE, obj)
+    return PendingDelta(
+        kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields)
+    )
+
+
 @dataclass
 class Shard:
     """One shard of ``pods`` on the test's Redis, with its publisher and a held lease."""
@@ -149,43 +180,13 @@ class Shard:
             dispatcher.stop(grace)
 
 
-def compact_envelopes(**kwargs: Any) -> CompactIndexer:
-    """The store a ``--compact-cache`` processor builds: stream entries kept as they came."""
-    return CompactIndexer(codec=ENVELOPE_CODEC, **kwargs)
-
-
-def pod(key: str, rv: str, *, app: str = "web", node: str = "n1", phase: str = "Running") -> Obj:
-    namespace, _, name = key.rpartition("/")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "resourceVersion": rv,
-            "uid": f"uid-{key}",
-            "labels": {"app": app},
-            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": phase},
-    }
-
-
-def entry(kind: DeltaType, obj: Obj, *, tombstone: bool = False) -> PendingDelta:
-    """The entry a reflector publishes for ``obj``, with the pod's selectable fields in its
-    header as the reflector puts them there."""
-    meta = obj["metadata"]
-    key = f"{meta['namespace']}/{meta['name']}"
-    envelope = DeltaEnvelope(kind, key, meta["resourceVersion"], meta["uid"], obj, TS, tombstone)
-    fields = header_fields(RESOURCE, obj)
-    return PendingDelta(
-        kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields)
-    )
-
-
 def delivered_and_acknowledged(shard: Shard) -> bool:
     """The group was handed the stream's last entry and acknowledged everything (by entry
     IDs: Redis's ``lag`` is an estimate)."""
     delivered = shard.group()["last-delivered-id"].decode()
     return delivered == shard.last_id() and shard.pending() == 0
+
+
+def compact_envelopes(**kwargs: Any) -> CompactIndexer:
+    """The store a ``--compact-cache`` processor builds: stream entries kept as they came."""
+    return CompactIndexer(codec=ENVELOPE_CODEC, **kwargs)
