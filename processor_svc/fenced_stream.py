@@ -47,9 +47,10 @@ from common.redis_layout import (
     SHARD_CONSUMER,
     GroupShardKeys,
 )
-from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_READ
+from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_HELD, FENCED_READ
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.wire import FIELD
+from processor_svc.held_keys import HeldState, held_arguments
 
 __all__ = [
     "DEAD_LETTER_MAXLEN",
@@ -65,6 +66,8 @@ __all__ = [
 
 DEAD_LETTER_MAXLEN: Final = 10_000
 """Dead-letter streams are capped (approximately): poison must not grow Redis without bound."""
+HELD_CHANGES_PER_CALL: Final = 1000
+"""Held set changes per script call (a big takeover's would otherwise be one huge call)."""
 
 
 class OwnershipLostError(Exception):
@@ -126,6 +129,7 @@ class FencedStream:
         self._dead_letters = dead_letters
         self._read_script = client.register_script(FENCED_READ)
         self._ack_script = client.register_script(FENCED_ACK)
+        self._held_script = client.register_script(FENCED_HELD)
         self._acknowledging = True
 
     @property
@@ -143,13 +147,28 @@ class FencedStream:
         if (holder, epoch) != tuple(value.encode() for value in self._lease_args):
             raise OwnershipLostError(as_text(holder or b""), as_text(epoch or b""))
 
-    def read(self, count: int, start: str, acks: Sequence[str]) -> list[Any]:
-        """Acknowledge ``acks``, then read up to ``count`` entries after ``start`` (``>``: new
-        ones; an ID: this consumer's pending entries after it), in one fenced script."""
+    def read(
+        self,
+        count: int,
+        start: str,
+        acks: Sequence[str],
+        held: Mapping[str, HeldState] | None = None,
+    ) -> list[Any]:
+        """Acknowledge ``acks`` (changing the held set by ``held``, their entries' changes),
+        then read up to ``count`` entries after ``start`` (``>``: new ones; an ID: this
+        consumer's pending entries after it), in one fenced script."""
         reply = self._call(
             self._read_script,
-            [self.keys.lease, self.keys.stream],
-            [*self._lease_args, self.keys.group, SHARD_CONSUMER, count, start, *acks],
+            [self.keys.lease, self.keys.stream, self.keys.held],
+            [
+                *self._lease_args,
+                self.keys.group,
+                SHARD_CONSUMER,
+                count,
+                start,
+                *held_arguments(held or {}),
+                *acks,
+            ],
             confirm=True,  # the entries read, not only the acknowledgements (module docstring)
         )
         entries: list[Any] = reply[1]
@@ -160,13 +179,14 @@ class FencedStream:
         dead: Sequence[DeadLetter],
         ids: Sequence[str],
         *,
+        held: Mapping[str, HeldState] | None = None,
         setid: str = "",
         entries_read: str = "",
     ) -> None:
-        """Park ``dead``, then acknowledge ``ids``, in one fenced script. With ``setid`` (a
-        takeover's commit), also move the group there (``entries_read``: its ``ENTRIESREAD``,
-        ``""`` if unknown) and acknowledge every pending entry up to it. A no-op after
-        :meth:`stop_acknowledging`."""
+        """Park ``dead``, then acknowledge ``ids`` (changing the held set by ``held``, their
+        entries' changes), in one fenced script. With ``setid`` (a takeover's commit), also
+        move the group there (``entries_read``: its ``ENTRIESREAD``, ``""`` if unknown) and
+        acknowledge every pending entry up to it. A no-op after :meth:`stop_acknowledging`."""
         if not self._acknowledging:
             return
         args: list[Any] = [
@@ -181,15 +201,33 @@ class FencedStream:
             args.append(len(letter.fields))
             for name, value in letter.fields:
                 args += (name, value)
+        args += held_arguments(held or {})
         args += ids
         self._call(
             self._ack_script,
-            [self.keys.lease, self.keys.stream, self.keys.dead_letters],
+            [self.keys.lease, self.keys.stream, self.keys.dead_letters, self.keys.held],
             args,
             confirm=True,
         )
         if dead:
             self._dead_letters.inc(len(dead))
+
+    def change_held(self, held: Mapping[str, HeldState]) -> None:
+        """Change the held set alone (what a takeover hands and tells), fenced, in calls of
+        at most :data:`HELD_CHANGES_PER_CALL` keys: the caller makes each change true before
+        it is written, so a crash between two calls leaves a held set that is still right.
+        A no-op after :meth:`stop_acknowledging`."""
+        changes = list(held.items())
+        for start in range(0, len(changes), HELD_CHANGES_PER_CALL):
+            if not self._acknowledging:
+                return
+            part = dict(changes[start : start + HELD_CHANGES_PER_CALL])
+            self._call(
+                self._held_script,
+                [self.keys.lease, self.keys.held],
+                [*self._lease_args, *held_arguments(part)],
+                confirm=True,
+            )
 
     def _call(
         self, script: Script, keys: list[str], args: list[Any], *, confirm: bool

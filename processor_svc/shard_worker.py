@@ -61,7 +61,12 @@ from common.wire import (
 )
 from processor_svc.ack_tracker import AckToken, AckTracker
 from processor_svc.blocking_read import BlockingRead
-from processor_svc.dispatch import DispatcherClosedError, NotificationCollector
+from processor_svc.dispatch import (
+    AddNotification,
+    DeleteNotification,
+    DispatcherClosedError,
+    NotificationCollector,
+)
 from processor_svc.fenced_stream import (
     DeadLetter,
     FencedStream,
@@ -71,6 +76,7 @@ from processor_svc.fenced_stream import (
     payload_of,
     raw_of,
 )
+from processor_svc.held_keys import HeldChanges, held_state
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore, keeps_envelopes
@@ -189,6 +195,8 @@ class ShardWorker:
         self._replay = False  # re-read our pending entries after _last_id before '>'
         self._dead: dict[str, DeadLetter] = {}
         self._unsent_acks: list[str] = []
+        # The held set's changes of the entries not acknowledged yet (processor_svc.held_keys).
+        self._held = HeldChanges()
         self._next_lag_refresh = 0.0
 
     # --- public API ------------------------------------------------------------------------------
@@ -374,6 +382,7 @@ class ShardWorker:
         self._commit = None
         self._dead = {}
         self._unsent_acks = []
+        self._held.clear()
         self._replay = False
         commit = self._takeovers.deliver(self._store, self._dispatcher, self._stop, self._on_synced)
         if commit is None:
@@ -392,7 +401,9 @@ class ShardWorker:
         self._m.synced.set(1)
 
     def _commit_takeover(self, commit: Commit) -> None:
-        """Fenced: park the takeover's dead letters, move the group to ``L``, ack up to it."""
+        """Fenced: the held set forgets the keys whose deletions the takeover told, then park
+        the takeover's dead letters, move the group to ``L`` and ack up to it."""
+        self._stream.change_held(commit.held)
         entries_read = "" if commit.entries_read is None else str(commit.entries_read)
         self._stream.acknowledge(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
         self._commit = None
@@ -433,11 +444,12 @@ class ShardWorker:
         start = self._last_id if self._replay else ">"
         self._unsent_acks = acks
         try:
-            entries = self._stream.read(self._count, start, acks)
+            entries = self._stream.read(self._count, start, acks, self._held.of(acks))
         except redis.RedisError:
             self._replay = True  # the read may have happened: replay our pending entries
             raise
         self._unsent_acks = []
+        self._held.forget(acks)
         return entries
 
     def _apply(self, tracker: AckTracker, entries: Sequence[Any]) -> None:
@@ -549,8 +561,9 @@ class ShardWorker:
     ) -> bool:
         """Apply one entry's delta to the store and collect its notifications; ``False`` when
         the store refused it (an index function failed): the entry is parked instead."""
+        forwarder = self._forwarder
         try:
-            process_deltas(self._forwarder, self._store, (delta,), False, key, packed=packed)
+            process_deltas(forwarder, self._store, (delta,), False, key, packed=packed)
         except Exception as err:
             reason = f"apply: {type(err).__name__}: {err}"
             log.warning(
@@ -558,6 +571,12 @@ class ShardWorker:
             )
             self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
             return False
+        # An add or a deletion changes what the handlers hold: recorded with the entry's ack.
+        notification = forwarder.pending[-1][0]
+        if type(notification) is AddNotification:
+            self._held.record(entry_id, key, held_state(notification.obj, self._view))
+        elif type(notification) is DeleteNotification:
+            self._held.record(entry_id, key, None)
         return True
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
@@ -572,8 +591,9 @@ class ShardWorker:
             return
         dead = [self._dead[i] for i in ids if i in self._dead] if self._dead else []
         self._unsent_acks = ids
-        self._stream.acknowledge(dead, ids)
+        self._stream.acknowledge(dead, ids, held=self._held.of(ids))
         self._unsent_acks = []
+        self._held.forget(ids)
         for entry_id in ids:
             self._dead.pop(entry_id, None)
 

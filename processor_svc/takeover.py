@@ -3,25 +3,34 @@
 ``docs/architecture.md`` ("Processing") is the specification. The shard worker runs a takeover
 first, and again after an unexpected failure:
 
-1. ``XGROUP CREATE <stream> <group> 0 MKSTREAM`` (``BUSYGROUP`` means it exists).
+1. ``XGROUP CREATE <stream> <group> $ MKSTREAM`` (``BUSYGROUP`` means it exists): a group
+   that does not exist yet starts at the end, from the snapshot, never from history.
 2. One ``MULTI``: the shard lease (the takeover is fenced too: a worker whose lease moved on
-   delivers no initial list), ``HGETALL objects``, ``XINFO STREAM`` (its ``last-generated-id``
-   is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the group's lag computable),
-   ``XINFO GROUPS`` and the ``XPENDING`` summary. The reflector writes ``objects`` and the
-   stream in one script, so the snapshot is exactly the state after ``L``.
+   delivers no initial list), ``HGETALL objects``, the group's held set (``HGETALL held``, the
+   keys its handlers hold: :mod:`processor_svc.held_keys`), ``XINFO STREAM`` (its
+   ``last-generated-id`` is ``L``, ``0-0`` for an empty stream; ``entries-added`` keeps the
+   group's lag computable), ``XINFO GROUPS`` and the ``XPENDING`` summary. The reflector writes
+   ``objects`` and the stream in one script, so the snapshot is exactly the state after ``L``.
    ``last-generated-id`` rather than the last entry's ID: it is the same unless the newest
    entry was deleted, and then it is the right one.
-3. Decode every snapshot envelope (a corrupt one is dead-lettered and skipped) and
-   ``store.replace`` them.
-4. Read the unacknowledged entries up to ``L`` (the pending ones, then those after the group's
-   last-delivered ID) and collect, per key absent from the snapshot, its last deletion there.
-5. Deliver ``on_delete`` for those (a tombstone as ``DeletedFinalStateUnknown``), then
-   ``on_add(obj, True)`` for every snapshot object, then a barrier: ``has_synced`` becomes true
-   when every handler has processed the initial list (reference 5.2).
-6. Once the barrier completed, one fenced script parks the dead letters, moves the group to
-   ``L`` (``XGROUP SETID ... ENTRIESREAD``) and acknowledges every pending entry up to ``L``.
-   Waiting for the handlers first is what keeps "never acknowledged before every handler
-   returned": a crash before this point leaves the range unacknowledged for the next owner.
+3. Decode every snapshot envelope (a corrupt one is dead-lettered and skipped), select and
+   project it with the group's view, and ``store.replace`` them.
+4. Read the unacknowledged entries up to ``L`` (the pending ones, then those after the
+   group's last-delivered ID; none for a group created in step 1) for what the previous owner
+   may have told the handlers and for each key's last state
+   (:class:`~processor_svc.held_keys.TakeoverReckoning`).
+5. Deliver ``on_delete`` for every key the handlers hold that the selected snapshot lacks (it
+   was deleted, or left the view, while nobody owned the shard), then ``on_add(obj, True)``
+   for every snapshot object, then a barrier: ``has_synced`` becomes true when every handler
+   has processed the initial list (reference 5.2).
+   Each run of the initial list is recorded in the held set before it is handed to the
+   handlers (a key is held from the moment it is handed: no crash can leave one unrecorded).
+6. Once the barrier completed, the held set forgets the keys whose deletions were told
+   (fenced, in chunks: every chunk is true by then), then one fenced script parks the dead
+   letters, moves the group to ``L`` (``XGROUP SETID ... ENTRIESREAD``) and acknowledges every
+   pending entry up to ``L``. Waiting for the handlers first is what keeps "never acknowledged
+   before every handler returned": a crash before this point leaves the range unacknowledged
+   for the next owner.
 
 :class:`Takeover` does steps 1 to 5 and hands back the :class:`Commit` of step 6, which the
 worker runs (:meth:`~processor_svc.fenced_stream.FencedStream.acknowledge` with ``setid``)
@@ -44,7 +53,6 @@ from common.keys import Obj
 from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
 from common.store import IndexFuncError
 from common.wire import (
-    DeltaEnvelope,
     WireDecodeError,
     decode_envelope,
     decode_header,
@@ -53,6 +61,7 @@ from common.wire import (
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
 from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
+from processor_svc.held_keys import HeldState, TakeoverReckoning
 from processor_svc.metrics import ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore, keeps_envelopes
@@ -65,6 +74,8 @@ log = logging.getLogger(__name__)
 _RANGE_CHUNK: Final = 1000
 _INITIAL_LIST_CHUNK: Final = 64
 """Initial-list notifications handed to the dispatcher at once during a takeover."""
+_HELD_RUN: Final = 1000
+"""Initial-list keys recorded in the held set at once, before they are handed."""
 
 
 class InitialListSink(Protocol):
@@ -91,6 +102,9 @@ class Commit:
     entries_read: int | None
     dead: list[DeadLetter]
     barrier: AckToken
+    held: dict[str, HeldState]
+    """The owed deletions the handlers were told: the held set's changes, written (in
+    chunks) before the group moves to ``last_id``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +112,8 @@ class ShardView:
     """What a takeover reads in one ``MULTI``: the snapshot and where the group stands."""
 
     objects: Mapping[bytes, bytes]
+    held: Mapping[bytes, bytes]
+    """The group's held set (:mod:`processor_svc.held_keys`)."""
     last_id: str
     """``L``: the stream's last generated ID; the snapshot is the state after it."""
     entries_added: int | None
@@ -121,9 +137,8 @@ class Takeover:
 
     Reads through ``fence``'s client and keys, and fences the lease read with the snapshot like
     its scripts; ``name`` prefixes the log lines (the worker's thread name). With a ``view``
-    (:mod:`processor_svc.view`) the snapshot is selected and projected like the stream, and the
-    unacknowledged entries yield a deletion for every key whose last state there was selected
-    but which the selected snapshot lacks (it was deleted, or it left the view).
+    (:mod:`processor_svc.view`) the snapshot is selected and projected like the stream; every
+    key the group's handlers hold that the selected snapshot lacks gets a deletion.
     """
 
     def __init__(
@@ -171,17 +186,19 @@ class Takeover:
             view = dataclasses.replace(view, objects=objects)
         loaded = self._load_snapshot(store, view.objects, dead)
         in_snapshot = set(loaded).union(field.decode(errors="replace") for field in contested)
-        deletions = self._unacked_deletions(view, in_snapshot, dead)
-        view = dataclasses.replace(view, objects={})  # the raw snapshot is in the store now
+        reckoning = TakeoverReckoning(view.held, self._view)
+        self._read_unacknowledged(view, reckoning, dead)
+        owed = reckoning.owed(in_snapshot)
+        view = dataclasses.replace(view, objects={}, held={})  # both are in use elsewhere now
         log.info(
-            "%s: taking over at %s: %d objects, %d deletions from unacknowledged entries",
+            "%s: taking over at %s: %d objects, %d deletions of keys the handlers held",
             self.name,
             view.last_id,
             len(loaded) + len(contested),
-            len(deletions),
+            len(owed),
         )
         initial: list[tuple[Notification, AckToken | None]] = [
-            (DeleteNotification(envelope.to_delta().obj), None) for envelope in deletions
+            (DeleteNotification(gone), None) for gone in owed.values()
         ]
         if not sink.deliver_all(initial, cancel=cancel):
             return None
@@ -194,37 +211,34 @@ class Takeover:
                     return None
             loaded += self._load_snapshot(store, contested, dead, replace=False)
         self._m.store_size.set(len(store))
-        # The initial list is read back from the store a chunk at a time, so a compact store
-        # never has every object decoded at once: the handler buffers bound what is.
-        for start in range(0, len(loaded), _INITIAL_LIST_CHUNK):
-            chunk = [
-                (AddNotification(obj, True), None)
-                for key in loaded[start : start + _INITIAL_LIST_CHUNK]
-                if (obj := store.get_by_key(key)) is not None
-            ]
-            if not sink.deliver_all(chunk, cancel=cancel):
-                return None
+        delivered = _deliver_initial_list(
+            store, loaded, reckoning=reckoning, fence=self._fence, sink=sink, cancel=cancel
+        )
+        if not delivered:
+            return None
         barrier = AckToken(f"takeover@{view.last_id}", on_done=on_synced)
         if not sink.barrier(barrier, cancel=cancel):
             return None
         barrier.release()
-        return Commit(view.last_id, view.entries_added, dead, barrier)
+        return Commit(view.last_id, view.entries_added, dead, barrier, reckoning.told(owed))
 
     def _read_shard(self) -> ShardView:
         """Create the group if needed, then read the snapshot and the group's state at once."""
         keys, client = self._keys, self._client
         try:
-            client.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+            # At the end: a new group starts from the snapshot, never from history.
+            client.xgroup_create(keys.stream, keys.group, id="$", mkstream=True)
         except ResponseError as err:
             if "BUSYGROUP" not in str(err):
                 raise
         pipe = client.pipeline(transaction=True)
         pipe.hmget(keys.lease, LEASE_HOLDER, LEASE_EPOCH)
         pipe.hgetall(keys.objects)
+        pipe.hgetall(keys.held)
         pipe.xinfo_stream(keys.stream)
         pipe.xinfo_groups(keys.stream)
         pipe.xpending(keys.stream, keys.group)
-        (holder, epoch), objects, info, groups, pending = pipe.execute()
+        (holder, epoch), objects, held, info, groups, pending = pipe.execute()
         # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
         self._fence.check_lease(holder, epoch)
         # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
@@ -240,6 +254,7 @@ class Takeover:
         first = info.get("first-entry")  # (ID, fields); [ID, fields] from a Cluster transaction
         return ShardView(
             objects=objects,
+            held=held,
             last_id=as_text(info["last-generated-id"]),
             entries_added=_int_or_none(info.get("entries-added")),
             delivered=delivered,
@@ -321,15 +336,13 @@ class Takeover:
             cursor = "(" + as_text(rows[-1]["message_id"])
         return ids
 
-    def _unacked_deletions(
-        self, view: ShardView, snapshot_keys: set[str], dead: list[DeadLetter]
-    ) -> list[DeltaEnvelope]:
-        """The last deletion of every key absent from the snapshot among the entries the group
-        has not acknowledged up to ``L``; undecodable ones there become dead letters."""
+    def _read_unacknowledged(
+        self, view: ShardView, reckoning: TakeoverReckoning, dead: list[DeadLetter]
+    ) -> None:
+        """Hand ``reckoning`` the entries the group has not acknowledged up to ``L``, the
+        pending ones marked; undecodable ones there become dead letters."""
         pending_ids = self._pending_ids(view)
         delivered = id_tuple(view.delivered)
-        deletions: dict[str, DeltaEnvelope] = {}
-        last_selected: dict[str, DeltaEnvelope] = {}  # keys that left a view, in their order
         found_pending = found_undelivered = 0
         if pending_ids:
             cursor = min(pending_ids, key=id_tuple)
@@ -341,7 +354,8 @@ class Takeover:
             )
             for raw_id, fields in rows:
                 entry_id = as_text(raw_id)
-                if id_tuple(entry_id) <= delivered:
+                pending = id_tuple(entry_id) <= delivered
+                if pending:
                     if entry_id not in pending_ids:
                         continue  # acknowledged already, by an earlier owner
                     found_pending += 1
@@ -352,39 +366,11 @@ class Takeover:
                 except WireDecodeError as err:
                     dead.append(DeadLetter.of(entry_id, str(err), raw_of(fields)))
                     continue
-                if envelope.key in snapshot_keys:
-                    continue
-                selection, obj = self._view, envelope.obj
-                if envelope.type is DeltaType.DELETED:
-                    if selection is None or obj is None or selection.selects(obj):
-                        deletions.pop(envelope.key, None)  # re-inserted: by last deletion
-                        deletions[envelope.key] = envelope
-                        last_selected.pop(envelope.key, None)
-                elif selection is not None and obj is not None and selection.selects(obj):
-                    # Not in the selected snapshot: the key left the view (or was deleted)
-                    # after this selected state, which the previous owner may have delivered.
-                    deletions.pop(envelope.key, None)
-                    last_selected.pop(envelope.key, None)  # re-inserted: in their order
-                    last_selected[envelope.key] = envelope
+                reckoning.saw(envelope, pending=pending)
             if len(rows) < _RANGE_CHUNK:
                 break
             cursor = "(" + as_text(rows[-1][0])
         self._report_gap(view, len(pending_ids) - found_pending, found_undelivered)
-        return [*deletions.values(), *(self._left_view(env) for env in last_selected.values())]
-
-    def _left_view(self, envelope: DeltaEnvelope) -> DeltaEnvelope:
-        """The deletion of a key that left the group's view: its last selected state, as the
-        group would have held it (projected)."""
-        assert self._view is not None and envelope.obj is not None
-        obj = self._view.project(envelope.obj)
-        return DeltaEnvelope(
-            DeltaType.DELETED,
-            envelope.key,
-            envelope.resource_version,
-            envelope.uid,
-            obj,
-            envelope.observed_at,
-        )
 
     def _report_gap(self, view: ShardView, trimmed_pending: int, undelivered: int) -> None:
         """Log and count unacknowledged entries that retention removed before we could read
@@ -395,11 +381,43 @@ class Takeover:
         self._m.takeover_gaps.inc()
         log.warning(
             "%s: retention trimmed %d pending and %d undelivered entries before this takeover; "
-            "deletions among them cannot be delivered",
+            "the deletions of held keys among them are delivered without their final state",
             self.name,
             trimmed_pending,
             trimmed_undelivered,
         )
+
+
+def _deliver_initial_list(
+    store: ShardStore,
+    keys: Sequence[str],
+    *,
+    reckoning: TakeoverReckoning,
+    fence: FencedStream,
+    sink: InitialListSink,
+    cancel: threading.Event,
+) -> bool:
+    """``on_add(obj, True)`` for the objects of ``keys``, each run of them recorded in the
+    held set before it is handed to the handlers (:mod:`processor_svc.held_keys`); ``False``
+    when ``cancel`` was set on the way.
+
+    Read back from the store a run at a time, so a compact store never has every object
+    decoded at once: the handler buffers bound what is."""
+    for start in range(0, len(keys), _HELD_RUN):
+        listed = [
+            (key, obj)
+            for key in keys[start : start + _HELD_RUN]
+            if (obj := store.get_by_key(key)) is not None
+        ]
+        fence.change_held(reckoning.handing(listed))
+        for first in range(0, len(listed), _INITIAL_LIST_CHUNK):
+            chunk: list[tuple[Notification, AckToken | None]] = [
+                (AddNotification(obj, True), None)
+                for _, obj in listed[first : first + _INITIAL_LIST_CHUNK]
+            ]
+            if not sink.deliver_all(chunk, cancel=cancel):
+                return False
+    return True
 
 
 def _trimmed_undelivered(view: ShardView, undelivered: int) -> int:

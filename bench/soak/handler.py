@@ -13,6 +13,9 @@ the processor down at 2k events/s. This one keeps:
     one line ``<key> <rv> <tombstone 0/1>`` per ``on_delete``, appended with one ``os.write``
     (a killed process never leaves half a line): deletions are checked one by one, and a file
     costs no memory.
+``<member>-<pid>.adds``
+    one line ``<key>`` per ``on_add``, written the same way: which objects the group's
+    handlers were told of, so that exactly their deletions are owed to them.
 ``<member>-<pid>.cache.json``
     written when the runner asks (``dump-request`` holds a new token): the owned shards and
     ``{key: resourceVersion}`` of the processor's real stores, read through the lister, so
@@ -42,6 +45,10 @@ def _rv(obj: Obj | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
 
 
+def _append_only(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
 def _write_atomically(path: Path, document: Any) -> None:
     """Readers never see half a file: write beside it, then rename over it."""
     partial = path.with_suffix(path.suffix + ".partial")
@@ -61,9 +68,8 @@ class SoakCounter:
         name = f"{context.settings.member_id}-{os.getpid()}"
         self._counts_path = self._directory / f"{name}.counts.json"
         self._cache_path = self._directory / f"{name}.cache.json"
-        self._deletes_fd = os.open(
-            self._directory / f"{name}.deletes", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
-        )
+        self._deletes_fd = _append_only(self._directory / f"{name}.deletes")
+        self._adds_fd = _append_only(self._directory / f"{name}.adds")
         self._lock = threading.Lock()  # handler calls may come from several shard threads
         self._counts = {"add": 0, "initial": 0, "update": 0, "delete": 0}
         self._stopping = threading.Event()
@@ -79,14 +85,16 @@ class SoakCounter:
         if self._thread.is_alive():
             self._thread.join(timeout)
         self._write_counts()
-        fd, self._deletes_fd = self._deletes_fd, -1
-        if fd >= 0:
-            os.close(fd)
+        for fd in (self._deletes_fd, self._adds_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._deletes_fd = self._adds_fd = -1
         return not self._thread.is_alive()
 
     # --- ResourceEventHandler ---------------------------------------------------------------
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
+        os.write(self._adds_fd, f"{meta_namespace_key(obj)}\n".encode())
         self._count("initial" if is_in_initial_list else "add")
 
     def on_update(self, old: Obj, new: Obj) -> None:

@@ -50,8 +50,9 @@ def table(result: Result) -> str:
         f"{config.retention_interval:g} s)",
         f"handled: {handled} live calls, {initial} initial-list adds (takeovers), over "
         f"{len(result.handled)} processes",
-        f"deletions: {result.deletions_delivered} of {result.churn.get('deletes', 0)} reached "
-        f"on_delete ({result.deletions_redelivered} re-delivered); lost {result.lost}; caches "
+        f"deletions: {result.deletions_delivered} of the churn's {result.churn.get('deletes', 0)} "
+        f"reached on_delete, of {result.deletions_owed} owed to the handlers "
+        f"({result.deletions_redelivered} re-delivered); lost {result.lost}; caches "
         "equal the ground truth after "
         + ("never" if result.converge_seconds is None else f"{result.converge_seconds:.1f} s"),
         f"restarts: {len(result.restarts)}",

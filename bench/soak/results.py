@@ -90,6 +90,10 @@ class Result:
     """The simulator's churn statistics (creates, updates, deletes, events, rate)."""
     handled: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per processor incarnation, its handler calls by kind."""
+    deletions_owed: int = 0
+    """Distinct keys the churn deleted that the handlers had been told of: each one must reach
+    ``on_delete`` (an object created and deleted while its shard had no owner never reached
+    the handlers and is owed nothing)."""
     deletions_delivered: int = 0
     """Distinct keys that reached ``on_delete``."""
     deletions_redelivered: int = 0

@@ -20,6 +20,7 @@ place, and any other group ``G`` puts ``group:G:`` before the suffix::
     ib:{pods:7}:dead                 its dead letters: entries it could not decode or apply
     ib:{pods:7}:initial_list         a durable subscriber's "initial list not acknowledged"
     ib:{pods:7}:expectations         a controller's unmet write expectations (its primaries)
+    ib:{pods:7}:held                 the keys the group's handlers hold (told, not yet deleted)
     ib:{pods:7}:group:audit:lease    the same three for group ``audit``
     ib:{pods:7}:group:audit:lease_epoch
     ib:{pods:7}:group:audit:dead
@@ -67,7 +68,14 @@ DEFAULT_PREFIX: Final = "ib"
 
 SHARD_KEY_SUFFIXES: Final = ("deltas", "versions", "objects", "checkpoint", "moving")
 """The last part of every per-shard key name, in :meth:`ShardKeys.all_keys` order."""
-GROUP_SHARD_KEY_SUFFIXES: Final = ("lease", "lease_epoch", "dead", "initial_list", "expectations")
+GROUP_SHARD_KEY_SUFFIXES: Final = (
+    "lease",
+    "lease_epoch",
+    "dead",
+    "initial_list",
+    "expectations",
+    "held",
+)
 """The last part of a group's per-shard key names, in :meth:`GroupShardKeys.all_keys` order."""
 RESOURCE_KEY_SUFFIXES: Final = ("leader", "epoch", "layout")
 """The last part of every resource-wide key name, in :meth:`ResourceKeys.all_keys` order."""
@@ -278,6 +286,15 @@ class GroupShardKeys:
         (``processor_svc.expectations``, ``processor_svc.write_barrier``)."""
         return self._key("expectations")
 
+    @property
+    def held(self) -> str:
+        """Hash: the keys the group's handlers hold on this shard -- told about, not yet told
+        were deleted -- each with the state (as the group's view keeps it) it entered with,
+        ``""`` for a group without a view. Written when a key enters or leaves, in the fenced
+        script that acknowledges the entry, so a new owner knows what to tell of keys that
+        vanished or left the view while nobody owned the shard (``processor_svc.held_keys``)."""
+        return self._key("held")
+
     def all_keys(self) -> tuple[str, ...]:
         """Every key of this group on this shard."""
         return (
@@ -286,13 +303,20 @@ class GroupShardKeys:
             self.dead_letters,
             self.initial_list,
             self.expectations,
+            self.held,
         )
 
     def removable_keys(self) -> tuple[str, ...]:
         """What deleting the group removes here: everything but :attr:`lease_epoch`. Epochs
         must never go backwards, or a paused owner of a group created again under the same
         name could acknowledge with an epoch the new lease reuses."""
-        return (self.lease, self.dead_letters, self.initial_list, self.expectations)
+        return (
+            self.lease,
+            self.dead_letters,
+            self.initial_list,
+            self.expectations,
+            self.held,
+        )
 
 
 @dataclass(frozen=True, slots=True)

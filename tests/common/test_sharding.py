@@ -113,12 +113,14 @@ def test_the_default_group_keeps_the_key_names_it_had_before_groups() -> None:
     assert keys.dead_letters == "ib:{pods:7}:dead"
     assert keys.initial_list == "ib:{pods:7}:initial_list"
     assert keys.expectations == "ib:{pods:7}:expectations"
+    assert keys.held == "ib:{pods:7}:held"
     assert keys.all_keys() == (
         keys.lease,
         keys.lease_epoch,
         keys.dead_letters,
         keys.initial_list,
         keys.expectations,
+        keys.held,
     )
     assert keys.lease_epoch not in keys.removable_keys()  # epochs never go backwards
     assert ResourceKeys(DEFAULT_PREFIX, "pods").group().members == "ib:{pods}:members"
@@ -174,7 +176,7 @@ def test_keys_of_a_shard_share_one_slot_and_shards_differ(resource: str) -> None
         shard_tags = {_cluster_hash_tag(key) for key in names}
         assert shard_tags == {keys.hash_tag.strip("{}")}
         assert len({key_slot(key.encode()) for key in names}) == 1
-        assert len(set(names)) == 15
+        assert len(set(names)) == 17
         tags |= shard_tags
     assert len(tags) == 32
 

@@ -3,7 +3,8 @@
 30 minutes (docs/reliability.md, "Soak").
 
 What it holds the pipeline to: nothing lost (the processors' real caches equal the ground
-truth, every deletion reached ``on_delete``), no delta published twice, lag and stream lengths
+truth, the deletion of every object the handlers were told of reached ``on_delete``), no delta
+published twice, lag and stream lengths
 within their bounds and the lag back to 0 after the churn, clean graceful stops. Memory is
 sampled and computed but not judged here: 18 s leave no room for a warm-up and two windows
 that mean anything (the long runs judge it).
@@ -35,10 +36,11 @@ def test_a_short_soak_loses_nothing_and_stays_within_its_bounds(tmp_path: Path) 
         "SIGTERM",
         "kill -9",
     ]
-    # The churn ran at the asked rate, deletions included, and all of it reached handlers.
+    # The churn ran at the asked rate, deletions included, and every deletion owed to the
+    # handlers reached them (the checks behind result.problems name any that did not).
     assert result.churn["events"] >= SHORT.rate * SHORT.seconds * 0.95
     assert result.churn["deletes"] > 0
-    assert result.deletions_delivered == result.churn["deletes"]
+    assert result.churn["deletes"] * 0.9 <= result.deletions_owed <= result.deletions_delivered
     assert result.drain_seconds is not None
     assert result.converge_seconds is not None
     # Every process was sampled, a restarted p2 as a series of its own.

@@ -32,6 +32,10 @@ per call to the file named by ``IB_RECORD_FILE``:
 ``lease_read``, ``unread_since``
     ``True`` and ``null`` here. :class:`bench.chaos.recorder.OutageRecorder`, which records
     through Redis outages, sets them when the lease could not be read (see there).
+``parts``, ``old_parts``
+    What the handler was handed of the object (an update's new one, a tombstone's last state)
+    and of an update's old one: the top-level members, and ``metadata.managedFields`` when
+    present (:func:`parts_of`), so that a group's projection can be checked on every call.
 
 Each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor before the call
 returns, so a call that returned is on disk even if the process is killed with SIGKILL right
@@ -56,13 +60,26 @@ from common.redis_config import redis_client
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for
 
-__all__ = ["Event", "FileRecorder", "Recorder"]
+__all__ = ["Event", "FileRecorder", "Recorder", "parts_of"]
 
 
 def _rv(obj: Obj | None) -> str:
     if not obj:
         return ""
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def parts_of(obj: Obj | None) -> list[str]:
+    """The parts of ``obj`` a projection decides on: its top-level members, and
+    ``metadata.managedFields`` when present (``--project metadata`` keeps ``apiVersion``,
+    ``kind`` and ``metadata`` without it)."""
+    if not obj:
+        return []
+    parts = sorted(obj)
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        parts.append("metadata.managedFields")
+    return parts
 
 
 Event = tuple[Any, ...]
@@ -151,16 +168,16 @@ class FileRecorder:
     # --- ResourceEventHandler ---------------------------------------------------------------
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self._record("add", meta_namespace_key(obj), _rv(obj), initial=is_in_initial_list)
+        self._record("add", meta_namespace_key(obj), obj, initial=is_in_initial_list)
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        self._record("update", meta_namespace_key(new), _rv(new), old_rv=_rv(old))
+        self._record("update", meta_namespace_key(new), new, old=old)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         if isinstance(obj, DeletedFinalStateUnknown):
-            self._record("delete", obj.key, _rv(obj.obj), tombstone=True)
+            self._record("delete", obj.key, obj.obj, tombstone=True)
         else:
-            self._record("delete", meta_namespace_key(obj), _rv(obj))
+            self._record("delete", meta_namespace_key(obj), obj)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Called by the processor at shutdown (after the last event was delivered)."""
@@ -186,10 +203,10 @@ class FileRecorder:
         self,
         kind: str,
         key: str,
-        rv: str,
+        obj: Obj | None,
         *,
         initial: bool = False,
-        old_rv: str = "",
+        old: Obj | None = None,
         tombstone: bool = False,
     ) -> None:
         started = time.time()
@@ -205,8 +222,8 @@ class FileRecorder:
             "kind": kind,
             "initial": initial,
             "key": key,
-            "rv": rv,
-            "old_rv": old_rv,
+            "rv": _rv(obj),
+            "old_rv": _rv(old),
             "tombstone": tombstone,
             "shard": shard,
             "holder": holder_text,
@@ -214,5 +231,7 @@ class FileRecorder:
             "mine": self._is_mine(holder_text),
             "lease_read": unread_since is None,
             "unread_since": unread_since,
+            "parts": parts_of(obj),
+            "old_parts": parts_of(old),
         }
         os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())

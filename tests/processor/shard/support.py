@@ -18,19 +18,54 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.compact_store import CompactIndexer
+from common.deltas import DeltaType
+from common.keys import Obj
 from common.lease import RedisLease
 from common.redis_config import lease_client
 from common.redis_layout import GroupShardKeys, ShardKeys
+from common.selectable_fields import header_fields
 from common.store import Indexer
-from common.wire import ENVELOPE_CODEC
+from common.wire import ENVELOPE_CODEC, DeltaEnvelope, encode_envelope
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.shard_worker import ShardWorker
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.publisher import ShardPublisher
+from tests.reflector.publisher.support import TS
 
 RESOURCE = "pods"
 MEMBER = "member-a"
+
+
+def pod(key: str, rv: str, *, app: str = "web", node: str = "n1", phase: str = "Running") -> Obj:
+    """A pod labelled ``app``, with a spec, a status and managedFields (what a projection cuts)."""
+    namespace, _, name = key.rpartition("/")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": rv,
+            "uid": f"uid-{key}",
+            "labels": {"app": app},
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": phase},
+    }
+
+
+def entry(kind: DeltaType, obj: Obj, *, tombstone: bool = False) -> PendingDelta:
+    """The entry a reflector publishes for ``obj``, with the pod's selectable fields in its
+    header as the reflector puts them there."""
+    meta = obj["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    envelope = DeltaEnvelope(kind, key, meta["resourceVersion"], meta["uid"], obj, TS, tombstone)
+    fields = header_fields(RESOURCE, obj)
+    return PendingDelta(
+        kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields)
+    )
 
 
 @dataclass
@@ -73,6 +108,11 @@ class Shard:
         """An entry written behind the publisher's back (poison)."""
         entry_id: Any = self.client.xadd(self.keys.stream, dict(fields))  # type: ignore[arg-type]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    def create_group(self, at: str = "0") -> None:
+        """The group, as a run before this one left it: existing at ``at`` (a new group's
+        first owner creates it at the end of the stream instead)."""
+        self.client.xgroup_create(self.keys.stream, self.keys.group, id=at, mkstream=True)
 
     def group(self) -> dict[str, Any]:
         for group in self.client.xinfo_groups(self.keys.stream):
@@ -138,6 +178,13 @@ class Shard:
                     gate.set()
             worker.stop(grace)
             dispatcher.stop(grace)
+
+
+def delivered_and_acknowledged(shard: Shard) -> bool:
+    """The group was handed the stream's last entry and acknowledged everything (by entry
+    IDs: Redis's ``lag`` is an estimate)."""
+    delivered = shard.group()["last-delivered-id"].decode()
+    return delivered == shard.last_id() and shard.pending() == 0
 
 
 def compact_envelopes(**kwargs: Any) -> CompactIndexer:

@@ -34,6 +34,7 @@ def envelope_doc(key: str, rv: str) -> dict[str, object]:
 
 def test_poison_entries_are_dead_lettered_acknowledged_and_skipped(shard: Shard) -> None:
     # One poison entry is already unacknowledged at takeover, the others arrive live.
+    shard.create_group()
     early = shard.xadd_raw({"d": b"{not json}"})
     recorder = Recorder()
     with shard.running(("rec", recorder), block_ms=200) as (worker, store, _):

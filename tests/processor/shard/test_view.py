@@ -9,52 +9,18 @@ import pytest
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.selectable_fields import header_fields
 from common.store import Indexer
-from common.wire import DeltaEnvelope, encode_envelope
 from processor_svc.view import GroupView
 from reflector_svc.publish_records import PendingDelta
-from tests.processor.shard.support import RESOURCE, Shard
-from tests.reflector.publisher.support import TS
+from tests.processor.shard.support import (
+    RESOURCE,
+    Shard,
+    delivered_and_acknowledged,
+    entry,
+    pod,
+)
 from tests.support.recording_handler import Recorder
 from tests.support.waiting import wait_until
-
-
-def pod(key: str, rv: str, *, app: str = "web", node: str = "n1", phase: str = "Running") -> Obj:
-    namespace, _, name = key.rpartition("/")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "resourceVersion": rv,
-            "uid": f"uid-{key}",
-            "labels": {"app": app},
-            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": phase},
-    }
-
-
-def entry(kind: DeltaType, obj: Obj, *, tombstone: bool = False) -> PendingDelta:
-    """The entry a reflector publishes for ``obj``, with the pod's selectable fields in its
-    header as the reflector puts them there."""
-    meta = obj["metadata"]
-    key = f"{meta['namespace']}/{meta['name']}"
-    envelope = DeltaEnvelope(kind, key, meta["resourceVersion"], meta["uid"], obj, TS, tombstone)
-    fields = header_fields(RESOURCE, obj)
-    return PendingDelta(
-        kind, key, meta["resourceVersion"], encode_envelope(envelope, fields=fields)
-    )
-
-
-def delivered_and_acknowledged(shard: Shard) -> bool:
-    """The group was handed the stream's last entry and acknowledged everything (by entry
-    IDs: Redis's ``lag`` is an estimate)."""
-    delivered = shard.group()["last-delivered-id"].decode()
-    return delivered == shard.last_id() and shard.pending() == 0
 
 
 def run(shard: Shard, view: GroupView, *batches: list[PendingDelta]) -> tuple[Recorder, Indexer]:
