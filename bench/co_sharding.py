@@ -60,8 +60,8 @@ from proc_stats import process_cpu_seconds
 from reporting import machine, print_machine
 from run_control import measure_in, progress, wait_for
 
+from apiserver_sim import SimulatorProcess, SimulatorSettings
 from common.redis_layout import ShardKeys
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
 
 SHARDS = 16
 PREFIX = "ib"

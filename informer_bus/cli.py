@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from apiserver_sim.command import APISERVER_SIM
 from informer_bus import __version__
-from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.demo.command import DEMO
 from informer_bus.groups.command import GROUPS
 from informer_bus.status.command import STATUS

@@ -24,9 +24,9 @@ from typing import Final, TextIO
 
 import redis
 
+from apiserver_sim.command import READY_PREFIX
 from common.redis_config import redacted_url
 from common.service_runner import fail
-from informer_bus.apiserver_sim.command import READY_PREFIX
 from informer_bus.demo.children import (
     Child,
     DemoError,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from apiserver_sim.resources import RESOURCES
 from common.selectable_fields import field_values, selectable_fields, supported_fields
 from common.selectors import FieldSelector
-from informer_bus.apiserver_sim.resources import RESOURCES
 
 META = ("metadata.name", "metadata.namespace")
 

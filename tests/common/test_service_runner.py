@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from informer_bus.apiserver_sim.command import READY_PREFIX
+from apiserver_sim.command import READY_PREFIX
 from tests.support.cli import ROOT
 
 

@@ -23,9 +23,9 @@ from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
+from apiserver_sim.settings import ENV_PREFIX as SIM_ENV_PREFIX
+from apiserver_sim.settings import SimulatorSettings
 from common.settings import ENV_PREFIX, settings_from_args
-from informer_bus.apiserver_sim.settings import ENV_PREFIX as SIM_ENV_PREFIX
-from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.cli import build_parser
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.resources import ResourceSpec
