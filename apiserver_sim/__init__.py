@@ -5,11 +5,16 @@ server that the unmodified official client talks to over HTTP. This package is t
 resourceVersion semantics, paginated consistent LISTs, watches with history, 410s, bookmarks
 and watch-list, selectors, mutations (optimistic concurrency, status subresources, every 409
 counted), an etcd-like compaction window, fault injection and seeded load generation. Run it
-in-process (:class:`Simulator`), as a child process (:class:`SimulatorProcess`) or as
-``informer-bus apiserver-sim``.
+in-process (:class:`Simulator`), as a child process (:class:`SimulatorProcess`) or as the
+``apiserver-sim`` command (``python -m apiserver_sim``).
+
+It is a distribution of its own (``apiserver_sim/pyproject.toml``), not part of the
+informer-bus wheel, and shares no code with the product: it stands in for the Kubernetes API
+the product is tested against, so it answers selectors with its own parser
+(:mod:`apiserver_sim.selectors`, written from the Kubernetes documentation).
 """
 
-from apiserver_sim.command import APISERVER_SIM
+from apiserver_sim.command import READY_PREFIX, main
 from apiserver_sim.conflicts import ConflictTable
 from apiserver_sim.load import DEFAULT_MIX, ChurnStats
 from apiserver_sim.process import SimulatorProcess, SimulatorProcessError
@@ -33,7 +38,6 @@ from apiserver_sim.state import ClusterState
 from apiserver_sim.status import ApiError
 
 __all__ = [
-    "APISERVER_SIM",
     "CONFIGMAPS",
     "CRDS",
     "DEFAULT_MIX",
@@ -41,6 +45,7 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PODS",
+    "READY_PREFIX",
     "RESOURCES",
     "SECRETS",
     "WIDGETS",
@@ -57,4 +62,5 @@ __all__ = [
     "SimulatorSettings",
     "StoredObject",
     "find_resource",
+    "main",
 ]

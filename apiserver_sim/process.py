@@ -1,35 +1,66 @@
-"""Run the simulator as a child process (``python -m informer_bus.cli apiserver-sim``).
+"""Run the simulator as a child process (``python -m apiserver_sim``).
 
 Benches use it so the reader under test does not share a GIL with the server; tests use it
 to cover the real command. Faults and load go through the ``/_sim/`` control endpoints.
+
+The child cannot outlive this process, however it ends: on Linux the kernel sends it SIGKILL
+when the thread that started it exits (``prctl(PR_SET_PDEATHSIG)``, set between fork and
+exec), so a bench killed with ``kill -9`` leaves no simulator holding a port. Start it from a
+thread that lives as long as it should (the main thread, usually).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
+import collections
+import ctypes
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any, Self
 
 import orjson
 
-from apiserver_sim.command import READY_PREFIX, flag_name
+from apiserver_sim.command import READY_PREFIX
 from apiserver_sim.settings import SimulatorSettings
-from informer_bus.child_process import ChildExitedError, ChildNotReadyError, ChildProcess
-from informer_bus.lifecycle import StartStop
 
 __all__ = ["SimulatorProcess", "SimulatorProcessError"]
+
+_PR_SET_PDEATHSIG = 1
+_KEPT_LINES = 200
 
 
 class SimulatorProcessError(RuntimeError):
     """The child failed to start or a control call failed."""
 
 
-class SimulatorProcess(StartStop):
+def _killed_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGKILL the child when its parent thread dies
+    (``None`` off Linux). It makes two plain system calls, which is what may run between fork
+    and exec in a process with threads; a parent that died before the first one is caught by
+    the second."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+    args = (ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL)) + (
+        ctypes.c_ulong(0),
+    ) * 3
+
+    def tie() -> None:
+        prctl(*args)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return tie
+
+
+class SimulatorProcess:
     """A simulator in a subprocess; ``start()`` returns once ``/healthz`` answers."""
 
     def __init__(
@@ -45,72 +76,108 @@ class SimulatorProcess(StartStop):
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout = startup_timeout
         self.url = ""
-        self.process: ChildProcess | None = None
-        """The child, its output (the readiness line, its log) collected."""
-        self._ready_url: str | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._lines: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
+        """The child's last lines of output (stdout and stderr), for error messages."""
+        self._ready = threading.Event()
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "informer_bus.cli", "apiserver-sim"]
-        defaults = SimulatorSettings()
-        for f in dataclasses.fields(SimulatorSettings):
-            value = getattr(self.settings, f.name)
-            if value == getattr(defaults, f.name) and f.name != "port":
-                continue
-            if isinstance(value, bool):
-                args.append(flag_name(f.name) if value else "--no-" + flag_name(f.name)[2:])
-            elif isinstance(value, float) and math.isinf(value):
-                args += [flag_name(f.name), "inf"]
-            else:
-                args += [flag_name(f.name), str(value)]
-        return args + self.extra_args
+        return [sys.executable, "-m", "apiserver_sim", *self.settings.command_line(),
+                *self.extra_args]  # fmt: skip
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def start(self) -> Self:
-        process = ChildProcess(
-            self.command(), name="apiserver-sim", env=self.env, on_line=self._on_line
-        )
-        self.process = process.start()
+        tie = _killed_with_parent()
+        self._child = subprocess.Popen(
+            self.command(), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, preexec_fn=tie,  # noqa: PLW1509 - fork-safe (above)
+        )  # fmt: skip
+        assert self._child.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read, args=(self._child.stdout,), name="apiserver-sim-output",
+            daemon=True,
+        )  # fmt: skip
+        self._reader.start()
         try:
-            self.url = process.wait_ready(
-                lambda: self._ready_url, self.startup_timeout, what="reporting readiness"
-            )
-            process.wait_ready(self._healthy, self.startup_timeout, what="answering /healthz")
-        except (ChildExitedError, ChildNotReadyError) as exc:
-            process.kill()
-            log = process.log_text()[-2000:]
-            raise SimulatorProcessError(f"apiserver-sim: {exc}: {log}") from None
-        except BaseException:  # Ctrl-C while starting: leave nothing running
-            process.kill()
+            self._wait(self._ready.is_set, "reporting readiness")
+            self._wait(self._healthy, "answering /healthz")
+        except BaseException:  # a failed start or Ctrl-C while starting: leave nothing running
+            self.stop(timeout=0)
             raise
         return self
 
-    def _on_line(self, line: bytes) -> None:
-        text = line.decode(errors="replace").strip()
-        if self._ready_url is None and text.startswith(READY_PREFIX):
-            self._ready_url = text[len(READY_PREFIX) :]
+    def _read(self, output: IO[bytes]) -> None:
+        for raw in output:
+            line = raw.decode(errors="replace").rstrip()
+            self._lines.append(line)
+            if not self._ready.is_set() and line.startswith(READY_PREFIX):
+                self.url = line[len(READY_PREFIX) :]
+                self._ready.set()
 
-    def _healthy(self) -> bool | None:
+    def _wait(self, check: Callable[[], bool], what: str) -> None:
+        assert self._child is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while not check():
+            status = self._child.poll()
+            if status is not None:
+                self._join_reader()
+                raise SimulatorProcessError(
+                    f"apiserver-sim exited ({status}) before {what}: {self.output()[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise SimulatorProcessError(
+                    f"apiserver-sim was not {what} within {self.startup_timeout:g} s: "
+                    f"{self.output()[-2000:]}"
+                )
+            time.sleep(0.05)
+
+    def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
-                return resp.status == 200 or None
+                return bool(resp.status == 200)
         except OSError:
-            return None
+            return False
+
+    def output(self) -> str:
+        """The child's last lines of output."""
+        return "\n".join(self._lines)
 
     @property
     def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+        assert self._child is not None, "not started"
+        return self._child.pid
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
     def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM, wait, SIGKILL if it hangs; returns the exit status."""
-        process, self.process = self.process, None
-        if process is None:
+        """SIGTERM, wait up to ``timeout`` s, SIGKILL if it still runs; the exit status."""
+        child, self._child = self._child, None
+        if child is None:
             return 0
-        status = process.stop(timeout)
-        return 0 if status is None else status
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        self._join_reader()
+        if child.stdout is not None:
+            child.stdout.close()
+        return child.returncode
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(10)
+            self._reader = None
 
     # ------------------------------------------------------------ control endpoints
 

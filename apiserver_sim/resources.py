@@ -11,12 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from common.selectable_fields import (
-    SelectableField,
-    field_values,
-    selectable_fields,
-    supported_fields,
-)
+from apiserver_sim.field_labels import FieldLabel, field_labels, has_own_fields
 
 __all__ = [
     "CONFIGMAPS",
@@ -45,8 +40,8 @@ _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "updat
 class ResourceType:
     """One served resource: where it lives in the URL space and what it can be selected by.
 
-    Its fieldSelector labels come from :mod:`common.selectable_fields` (by :attr:`qualified`),
-    the table the processor's views use too, so the simulator and the bus select alike.
+    Its fieldSelector labels come from :mod:`~apiserver_sim.field_labels` (by
+    :attr:`qualified`).
     """
 
     group: str
@@ -90,17 +85,22 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @cached_property
-    def _fields(self) -> tuple[SelectableField, ...]:
-        return selectable_fields(self.qualified)
+    def _fields(self) -> tuple[FieldLabel, ...]:
+        return field_labels(self.qualified, namespaced=self.namespaced)
 
     @property
     def field_labels(self) -> tuple[str, ...]:
         """The fieldSelector labels the apiserver supports for the type."""
-        return supported_fields(self.qualified)
+        return tuple(label.name for label in self._fields)
+
+    @property
+    def has_own_field_labels(self) -> bool:
+        """Whether the type has fieldSelector labels beyond ``metadata.*``."""
+        return has_own_fields(self.qualified)
 
     def field_values(self, obj: Mapping[str, Any]) -> dict[str, str]:
         """The values fieldSelectors compare against, extracted once per stored revision."""
-        return field_values(self.qualified, obj)
+        return {label.name: label.text(obj) for label in self._fields}
 
     def refresh_fields(
         self, values: Mapping[str, str], member: str, value: Any
@@ -108,9 +108,9 @@ class ResourceType:
         """``values`` (from :meth:`field_values`) after the top-level ``member`` of the object
         became ``value``; the same mapping when no field label reads that member."""
         changed = {
-            field.name: field.value({member: value})
-            for field in self._fields
-            if field.path[0] == member
+            label.name: label.text({member: value})
+            for label in self._fields
+            if label.path[0] == member
         }
         if all(values.get(label) == text for label, text in changed.items()):
             return values

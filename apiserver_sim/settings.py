@@ -1,20 +1,33 @@
 """Simulator settings: one frozen dataclass filled from defaults, ``INFORMER_BUS_SIM_*`` env vars
 and command-line flags (in rising priority), so tests, benches and the CLI share one vocabulary.
+
+Each field is one flag (``--bookmark-interval``) and one env var
+(``INFORMER_BUS_SIM_BOOKMARK_INTERVAL``), declared here alone: the simulator stands in for the
+Kubernetes API and shares no code with the product it serves, its settings loader included.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import math
+import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.settings import SettingsError, env_name, load_settings
-
 __all__ = ["ENV_PREFIX", "SettingsError", "SimulatorSettings"]
 
 ENV_PREFIX = "INFORMER_BUS_SIM_"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class SettingsError(ValueError):
+    """A setting the simulator refuses; the message is one line naming it."""
 
 
 @dataclass(frozen=True)
@@ -85,15 +98,100 @@ class SimulatorSettings:
     @classmethod
     def env_name(cls, name: str) -> str:
         """``bookmark_interval`` -> ``INFORMER_BUS_SIM_BOOKMARK_INTERVAL``."""
-        return env_name(ENV_PREFIX, name)
+        return ENV_PREFIX + name.upper()
+
+    @staticmethod
+    def flag_name(name: str) -> str:
+        """``bookmark_interval`` -> ``--bookmark-interval``."""
+        return "--" + name.replace("_", "-")
 
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> SimulatorSettings:
-        """Defaults, then env vars, then ``overrides`` (flags given on the command line)."""
-        return load_settings(cls, ENV_PREFIX, environ, **overrides)
+        """Defaults, then env vars, then ``overrides`` whose value is not ``None`` (the flags
+        given on the command line); ``SettingsError`` for a value that does not parse or that
+        ``__post_init__`` refuses."""
+        env = os.environ if environ is None else environ
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"SimulatorSettings has no setting {', '.join(sorted(unknown))}")
+        values: dict[str, Any] = {}
+        for name, kind in _kinds().items():
+            raw = env.get(cls.env_name(name))
+            if raw:
+                values[name] = _parse(kind, raw, cls.env_name(name))
+            if overrides.get(name) is not None:
+                values[name] = overrides[name]
+        try:
+            return cls(**values)
+        except SettingsError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise SettingsError(str(exc)) from None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, its help showing the default and the env var."""
+        for f in dataclasses.fields(cls):
+            kind = _kinds()[f.name]
+            default = "unlimited" if f.default == math.inf else f.default
+            text = f"{f.metadata['help']} (default: {default}; env {cls.env_name(f.name)})"
+            if kind is bool:
+                parser.add_argument(cls.flag_name(f.name), dest=f.name, default=None,
+                                    action=argparse.BooleanOptionalAction, help=text)  # fmt: skip
+            else:
+                metavar = f.name.rsplit("_", 1)[-1].upper()
+                parser.add_argument(cls.flag_name(f.name), dest=f.name, type=kind, default=None,
+                                    metavar=metavar, help=text)  # fmt: skip
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
+    ) -> SimulatorSettings:
+        """The settings of a parsed command line: flags over env vars over defaults."""
+        given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)}
+        return cls.from_env(environ, **given)
+
+    def command_line(self) -> list[str]:
+        """The flags that give these settings to a new process (the port always, the other
+        fields where they differ from the default)."""
+        args: list[str] = []
+        defaults = SimulatorSettings()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(defaults, f.name) and f.name != "port":
+                continue
+            flag = self.flag_name(f.name)
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args += [flag, "inf" if value == math.inf else str(value)]
+        return args
 
     def replace(self, **changes: Any) -> SimulatorSettings:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+@functools.cache
+def _kinds() -> dict[str, type[Any]]:
+    """Each field's type (``str``, ``int``, ``float`` or ``bool``), the annotations resolved."""
+    hints = typing.get_type_hints(SimulatorSettings)
+    return {f.name: hints[f.name] for f in dataclasses.fields(SimulatorSettings)}
+
+
+def _parse(kind: type[Any], raw: str, source: str) -> Any:
+    """An env var's text as a field's type; ``SettingsError`` naming the variable."""
+    if kind is str:
+        return raw
+    word = raw.strip().lower()
+    if kind is bool:
+        if word in _TRUE + _FALSE:
+            return word in _TRUE
+    else:
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    raise SettingsError(f"{source}: invalid {kind.__name__} value {raw!r}")

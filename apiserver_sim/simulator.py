@@ -33,7 +33,6 @@ from apiserver_sim.server import HttpFront
 from apiserver_sim.settings import SimulatorSettings
 from apiserver_sim.state import ClusterState
 from apiserver_sim.status import ApiError, bad_request
-from informer_bus.lifecycle import StartStop
 
 __all__ = ["ChurnHandle", "Simulator"]
 
@@ -112,7 +111,7 @@ class ChurnOptions(TypedDict, total=False):
     """Stamp each object with its commit time (``load.COMMITTED_AT_ANNOTATION``)."""
 
 
-class Simulator(StartStop):
+class Simulator:
     """A simulated Kubernetes API server on ``127.0.0.1`` (port 0 picks a free one).
 
     State and the resourceVersion counter live in :attr:`state`; ``restart()`` keeps both,
@@ -161,6 +160,12 @@ class Simulator(StartStop):
         return wall_timestamp(self.state.wall_clock())
 
     # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def start(self) -> Self:
         """Listen and serve in background threads; apply ``populate``/``churn`` settings."""

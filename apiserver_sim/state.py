@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver_sim.collection import Collection
+from apiserver_sim.objects import key_of
 from apiserver_sim.resources import RESOURCES, ResourceType
 from apiserver_sim.revision import (
     KEEP,
@@ -35,7 +36,6 @@ from apiserver_sim.revision import (
 )
 from apiserver_sim.selectors import FieldSelector, LabelSelector
 from apiserver_sim.status import already_exists, expired, not_found
-from common.keys import meta_namespace_key
 
 __all__ = ["ClusterState", "ListPage", "Subscription"]
 
@@ -269,7 +269,7 @@ class ClusterState:
         self, resource: ResourceType, obj: dict[str, Any], *, silent: bool = False
     ) -> StoredObject:
         """Store a new object (already prepared by ``objects.prepare_create``)."""
-        key = meta_namespace_key(obj)
+        key = key_of(resource, obj)
         with self._lock:
             coll = self._collections[resource]
             if key in coll.current:
@@ -301,7 +301,7 @@ class ClusterState:
             coll = self._collections[resource]
             new_keys: list[str] = []
             for obj in batch:
-                key = meta_namespace_key(obj)
+                key = key_of(resource, obj)
                 if key in coll.current:
                     continue
                 stored = self._store(resource, key, obj, "ADDED")

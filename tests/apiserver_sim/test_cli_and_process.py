@@ -12,24 +12,23 @@ from kubernetes import client
 from kubernetes.client import ApiClient, Configuration
 
 from apiserver_sim import Simulator, SimulatorProcess, SimulatorSettings
-from apiserver_sim.command import flag_name
-from informer_bus.cli import main
+from apiserver_sim.command import main
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "informer_bus.cli", "apiserver-sim", *args],
+        [sys.executable, "-m", "apiserver_sim", *args],
         capture_output=True, text=True, check=False, timeout=30,
     )  # fmt: skip
 
 
 def test_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["apiserver-sim", "--help"])
+        main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for f in dataclasses.fields(SimulatorSettings):
-        assert flag_name(f.name) in out
+        assert SimulatorSettings.flag_name(f.name) in out
         assert SimulatorSettings.env_name(f.name) in out.replace("\n", "").replace(" ", "")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client, watch
 
-from apiserver_sim import Simulator
+from apiserver_sim import PODS, Simulator
 from apiserver_sim.selectors import FieldSelector, LabelSelector
 from tests.apiserver_sim.conftest import pod
 
@@ -86,6 +86,6 @@ def test_selector_parser_units() -> None:
     sel = LabelSelector.parse("a>3,b<2")
     assert sel.matches({"a": "4", "b": "1"})
     assert not sel.matches({"a": "3", "b": "1"})
-    fields = FieldSelector.parse("status.phase!=Failed", {"status.phase"})
+    fields = FieldSelector.parse("status.phase!=Failed", PODS)
     assert fields.matches({"status.phase": "Running"})
     assert not fields.matches({"status.phase": "Failed"})

@@ -52,7 +52,7 @@ class SimHistory:
     def __init__(self, sim: Simulator, resource: ResourceType = PODS) -> None:
         self.resource = resource
         self._sub, _ = sim.state.subscribe(
-            resource, None, LabelSelector.parse(None), FieldSelector.parse(None, ()),
+            resource, None, LabelSelector.parse(None), FieldSelector.parse(None, resource),
             sim.resource_version,
         )  # fmt: skip
         self._events: dict[str, list[tuple[str, str]]] = {}
