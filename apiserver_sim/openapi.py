@@ -7,6 +7,13 @@ takes the ``fieldValidation`` query parameter; when it does, the server validate
 (``fieldValidation=Strict``) and kubectl downloads no schema. Without these documents it falls
 back to ``/openapi/v2``, and with neither it refuses to apply anything.
 
+``kubectl create -f`` (or ``apply -f``) of a ``List`` is the exception: a List has no endpoint to
+ask, so kubectl checks its items itself, against the OpenAPI v2 document (``/openapi/v2``, in
+protobuf), and without one it refuses the whole file ("the server could not find the requested
+resource; ... turn validation off with --validate=false"). The v2 document served here defines
+no types: kubectl skips the items it finds no schema for, as it does for any type a real
+server's document lacks, and they go to the server one by one.
+
 The schemas are deliberately open (any ``spec``, ``status`` or other member): this server
 keeps what it is sent. The PATCH operations list the JSON and merge patch types only, though
 built-in types also take strategic merge patches: kubectl then computes its strategic merge
@@ -24,9 +31,12 @@ import orjson
 
 from apiserver_sim.resources import RESOURCES, ResourceType, version_document
 
-__all__ = ["openapi_v3"]
+__all__ = ["openapi"]
 
 _PREFIX = "openapi/v3"
+_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+"""The content type of the v2 document in protobuf; clients ask for it as ``...v2@v1.0+...``,
+which Go's media type parser refuses in a response."""
 _QUERY = ("dryRun", "fieldManager", "fieldValidation", "pretty")
 _PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
 
@@ -150,10 +160,8 @@ def _documents() -> dict[str, bytes]:
     return docs
 
 
-def openapi_v3(segs: list[str]) -> bytes | None:
-    """The document a GET of ``segs`` asks for, or ``None`` when it names none."""
-    if segs[:2] != _PREFIX.split("/"):
-        return None
+def _openapi_v3(segs: list[str]) -> bytes | None:
+    """The document a GET of ``segs`` (``openapi``, ``v3``, ...) asks for, or ``None``."""
     docs = _documents()
     if len(segs) == 2:
         paths = {}
@@ -162,3 +170,43 @@ def openapi_v3(segs: list[str]) -> bytes | None:
             paths[path] = {"serverRelativeURL": f"/{_PREFIX}/{path}?hash={digest}"}
         return orjson.dumps({"paths": paths})
     return docs.get("/".join(segs[2:]))
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while number > 0x7F:
+        out.append(number & 0x7F | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2: a string or an embedded message)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+@functools.cache
+def _openapi_v2(protobuf: bool) -> bytes:
+    """The v2 document: Swagger 2.0, this server's title and version, no paths and no type
+    definitions; in protobuf, gnostic's ``openapi.v2.Document`` (``swagger`` is field 1,
+    ``info`` 2 with its ``title`` 1 and ``version`` 2, ``paths`` 8), which kubectl reads."""
+    title, version = "Kubernetes", version_document()["gitVersion"]
+    if not protobuf:
+        return orjson.dumps(
+            {"swagger": "2.0", "info": {"title": title, "version": version}, "paths": {}}
+        )
+    info = _field(1, title.encode()) + _field(2, version.encode())
+    return _field(1, b"2.0") + _field(2, info) + _field(8, b"")
+
+
+def openapi(segs: list[str], accept: str) -> tuple[bytes, str] | None:
+    """The body and content type of the document a GET of ``segs`` asks for (``accept``: its
+    Accept header), or ``None`` when it names none."""
+    if segs == ["openapi", "v2"]:
+        protobuf = "proto-openapi.spec.v2" in accept
+        return _openapi_v2(protobuf), _V2_PROTOBUF if protobuf else "application/json"
+    if segs[:2] != _PREFIX.split("/"):
+        return None
+    body = _openapi_v3(segs)
+    return None if body is None else (body, "application/json")

@@ -30,7 +30,7 @@ from apiserver_sim.conflicts import ConflictCounter
 from apiserver_sim.faults import FaultState
 from apiserver_sim.fixtures import wall_timestamp
 from apiserver_sim.lists import list_body, selectors
-from apiserver_sim.openapi import openapi_v3
+from apiserver_sim.openapi import openapi
 from apiserver_sim.routes import NotFoundPath, Route, discovery, parse_route
 from apiserver_sim.settings import SimulatorSettings
 from apiserver_sim.state import ClusterState
@@ -304,10 +304,10 @@ class HttpFront:
     def _api(self, h: _Handler, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         segs = [s for s in path.split("/") if s]
         if method == "GET" and segs[:1] == ["openapi"]:
-            body = openapi_v3(segs)
-            if body is None:
+            document = openapi(segs, h.headers.get("Accept") or "")
+            if document is None:
                 raise NotFoundPath()
-            self._send(h, 200, body)
+            self._send(h, 200, document[0], content_type=document[1])
             return
         if method == "GET":
             doc = discovery(segs, f"{self.settings.host}:{self.port}")
