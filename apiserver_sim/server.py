@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from apiserver_sim import objects, tables
+from apiserver_sim.admission import require_namespace
 from apiserver_sim.conflicts import ConflictCounter
 from apiserver_sim.faults import FaultState
 from apiserver_sim.fixtures import wall_timestamp
@@ -410,6 +411,7 @@ class HttpFront:
         if route.resource.namespaced and route.namespace is None:
             raise NotFoundPath()
         body = self._json_body(raw)
+        require_namespace(self.state, route)
         obj = objects.prepare_create(
             route.resource, body, route.namespace or "", self._manager(h, query), when=self._now()
         )
@@ -481,12 +483,18 @@ class HttpFront:
         *,
         dry: bool,
     ) -> bytes:
-        """The stored object after ``mutate`` (see :meth:`ClusterState.update`); a dry run
-        answers what would be stored and stores nothing."""
+        """The stored object after ``mutate`` (see :meth:`ClusterState.update`), once the
+        object is found and admitted; a dry run answers what would be stored and stores
+        nothing."""
+
+        def admitted(old: dict[str, Any]) -> dict[str, Any] | None:
+            require_namespace(self.state, route)
+            return mutate(old)
+
         if not dry:
-            return self.state.update(route.resource, route.key(), mutate).raw
+            return self.state.update(route.resource, route.key(), admitted).raw
         old = self.state.get(route.resource, route.key())
-        new = mutate(old.decode())
+        new = admitted(old.decode())
         if new is None:
             return old.raw
         new["metadata"]["resourceVersion"] = str(old.rv)

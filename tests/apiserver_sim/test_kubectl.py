@@ -5,8 +5,9 @@ with the stored pods, with ages of seconds for fresh pods; ``-o wide`` shows the
 node, and ``kubectl get nodes`` lists the nodes they name; ``kubectl apply -f`` (validation
 on: OpenAPI v3 and ``fieldValidation``) creates, then strategic-merge-patches, a ConfigMap and
 a two-container Pod. Issue 34 point 5: ``kubectl create -f`` of a ``List`` works with
-validation on (kubectl checks a List's items against the OpenAPI v2 document). kubectl comes
-from ``make install``; a machine without it fails here.
+validation on (kubectl checks a List's items against the OpenAPI v2 document), and a namespaced
+object is refused in a namespace that does not exist, on create, replace and patch alike.
+kubectl comes from ``make install``; a machine without it fails here.
 """
 
 from __future__ import annotations
@@ -256,3 +257,40 @@ def test_create_a_list_with_validation_on(sim: Simulator, kubectl: Kubectl) -> N
     out = kubectl("apply", "-f", "-", stdin=_LIST.replace("mode: fast", "mode: slow"))
     assert out.splitlines()[0] == "configmap/settings configured"
     assert sim.get("configmaps", "default/settings")["data"] == {"mode": "slow"}
+
+
+_WIDGET = """\
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: ns-00}
+spec: {size: 3}
+"""
+
+
+def test_a_namespaced_object_needs_its_namespace(sim: Simulator, kubectl: Kubectl) -> None:
+    """As on a real cluster (NamespaceLifecycle admission): the simulator used to store the
+    Widget, and kubectl's patch of it then said the namespace did not exist."""
+    refused = kubectl("create", "-f", "-", stdin=_WIDGET, fails=True)
+    assert 'namespaces "ns-00" not found' in refused
+    refused = kubectl("create", "configmap", "c", "-n", "ns-00", fails=True)
+    assert 'namespaces "ns-00" not found' in refused
+    assert sim.ground_truth("widgets") == {} and "ns-00/c" not in sim.ground_truth("configmaps")
+
+    kubectl("create", "namespace", "ns-00")
+    assert kubectl("create", "-f", "-", stdin=_WIDGET).strip() == "widget.example.com/w1 created"
+    patch = '{"spec": {"size": 4}}'
+    kubectl("patch", "widget", "w1", "-n", "ns-00", "--type=merge", "-p", patch)
+    assert sim.get("widgets", "ns-00/w1")["spec"] == {"size": 4}
+
+    # The namespace goes (the simulator deletes it at once, not its contents): the Widget can
+    # still be read and deleted, not written.
+    kubectl("delete", "namespace", "ns-00")
+    refused = kubectl("patch", "widget", "w1", "-n", "ns-00", "--type=merge", "-p", patch,
+                      fails=True)  # fmt: skip
+    assert 'namespaces "ns-00" not found' in refused
+    refused = kubectl("apply", "-f", "-", stdin=_WIDGET, fails=True)
+    assert 'namespaces "ns-00" not found' in refused
+    assert sim.get("widgets", "ns-00/w1")["spec"] == {"size": 4}
+    assert _table(kubectl("get", "widget", "w1", "-n", "ns-00"))[0]["NAME"] == "w1"
+    kubectl("delete", "widget", "w1", "-n", "ns-00")
+    assert sim.ground_truth("widgets") == {}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from kubernetes import client
 
 from apiserver_sim import Simulator
-from tests.apiserver_sim.conftest import pod
+from tests.apiserver_sim.conftest import pod, widget
 
 
 def test_create_fills_realistic_metadata(v1: client.CoreV1Api) -> None:
@@ -84,3 +85,50 @@ def test_cluster_scoped_mutations(v1: client.CoreV1Api) -> None:
     assert ns.metadata.namespace is None
     v1.delete_namespace("team-a")
     assert "team-a" not in {n.metadata.name for n in v1.list_namespace().items}
+
+
+def _not_found_namespace(exc: pytest.ExceptionInfo[client.ApiException]) -> dict[str, object]:
+    assert exc.value.status == 404
+    status: dict[str, object] = orjson.loads(exc.value.body)
+    assert status["message"] == 'namespaces "gone" not found'
+    assert status["details"] == {"name": "gone", "kind": "namespaces"}
+    return status
+
+
+def test_writes_into_a_missing_namespace_are_refused(
+    sim: Simulator, v1: client.CoreV1Api, custom: client.CustomObjectsApi
+) -> None:
+    """Issue 34 point 5: NamespaceLifecycle, as on a real server; the simulator stored a
+    Widget in a namespace that did not exist."""
+    with pytest.raises(client.ApiException) as exc:
+        v1.create_namespaced_pod("gone", pod("p", namespace="gone"))
+    _not_found_namespace(exc)
+    with pytest.raises(client.ApiException) as exc:
+        custom.create_namespaced_custom_object(
+            "example.com", "v1", "gone", "widgets", widget("w", namespace="gone"), dry_run="All"
+        )
+    _not_found_namespace(exc)
+    assert sim.ground_truth("pods") == {} and sim.ground_truth("widgets") == {}
+
+    # One left behind by its namespace (or written past admission, by the Python API): read
+    # and deleted, never written.
+    sim.create("widgets", widget("w", namespace="gone"))
+    assert custom.get_namespaced_custom_object("example.com", "v1", "gone", "widgets", "w")
+    for write in (
+        lambda: custom.patch_namespaced_custom_object(
+            "example.com", "v1", "gone", "widgets", "w", {"spec": {"size": 1}}),
+        lambda: custom.patch_namespaced_custom_object_status(
+            "example.com", "v1", "gone", "widgets", "w", {"status": {"ready": True}}),
+        lambda: custom.replace_namespaced_custom_object(
+            "example.com", "v1", "gone", "widgets", "w", sim.get("widgets", "gone/w")),
+    ):  # fmt: skip
+        with pytest.raises(client.ApiException) as exc:
+            write()
+        _not_found_namespace(exc)
+    with pytest.raises(client.ApiException) as exc:  # a missing object is that object's 404
+        custom.patch_namespaced_custom_object("example.com", "v1", "gone", "widgets", "x", {})
+    assert exc.value.status == 404 and '"widgets.example.com \\"x\\" not found"' in exc.value.body
+    custom.delete_namespaced_custom_object("example.com", "v1", "gone", "widgets", "w")
+
+    v1.create_namespace({"metadata": {"name": "gone"}})
+    assert v1.create_namespaced_pod("gone", pod("p", namespace="gone")).metadata.uid
