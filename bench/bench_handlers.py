@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from informer_bus.apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
+from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
 
 __all__ = ["DIR_ENV", "RECORD", "IoBound", "Null", "Trivial", "Update", "handler_clock_ns"]
 

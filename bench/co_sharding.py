@@ -60,8 +60,8 @@ from proc_stats import process_cpu_seconds
 from reporting import machine, print_machine
 from run_control import measure_in, progress, wait_for
 
+from apiserver_sim import SimulatorProcess, SimulatorSettings
 from common.redis_layout import ShardKeys
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
 
 SHARDS = 16
 PREFIX = "ib"
@@ -152,7 +152,8 @@ class Processor(ServiceChild):
 
 
 def create_objects(sim_url: str, count: int) -> None:
-    """``count`` Widgets and, for each, a ConfigMap it controls (POSTed concurrently)."""
+    """``count`` Widgets and, for each, a ConfigMap it controls (POSTed concurrently), in
+    :data:`NAMESPACES`, created first."""
 
     def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -179,6 +180,9 @@ def create_objects(sim_url: str, count: int) -> None:
              "data": {"size": str(n % 7)}},
         )  # fmt: skip
 
+    for namespace in NAMESPACES:  # the server refuses objects in a namespace that is missing
+        post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": namespace}})  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(pair, range(count)))
 

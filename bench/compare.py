@@ -120,8 +120,8 @@ from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import Sim
 
+from apiserver_sim import SimulatorSettings
 from common.service_runner import fail
-from informer_bus.apiserver_sim import SimulatorSettings
 from processor_svc.settings import COMPACT, PLAIN
 from reflector_svc.transform import build_transform
 from tests.support.redis_server import RedisServer

@@ -73,7 +73,7 @@ from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import RESOURCE, Sim
 
-from informer_bus.apiserver_sim import SimulatorSettings
+from apiserver_sim import SimulatorSettings
 
 KEPT_NAMESPACE = "ns-03"
 NO_PODS_NAMESPACE = "ns-without-pods"

@@ -18,7 +18,7 @@ from typing import Self
 
 import orjson
 
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
+from apiserver_sim import SimulatorProcess, SimulatorSettings
 from informer_bus.child_process import ChildProcess
 from tests.support.redis_server import RedisServer
 

@@ -76,7 +76,7 @@ from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import Sim
 
-from informer_bus.apiserver_sim import SimulatorSettings
+from apiserver_sim import SimulatorSettings
 
 PROCESSOR_COUNTS = (1, 2, 4)
 IO_COUNTS = (1, 4)

@@ -19,7 +19,7 @@ from processor_group import Group
 from run_control import timeout_for, wait_for
 from sim_control import Sim
 
-from informer_bus.apiserver_sim.load import COMMITTED_AT_ANNOTATION
+from apiserver_sim.load import COMMITTED_AT_ANNOTATION
 
 CHILD_CHECK_INTERVAL = 0.2
 """Seconds between checks that the children still run while the steady churn does."""

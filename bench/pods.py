@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from informer_bus.apiserver_sim.fixtures import make_object
-from informer_bus.apiserver_sim.resources import PODS
+from apiserver_sim.fixtures import make_object
+from apiserver_sim.resources import PODS
 
 
 def sample_pod(index: int = 12345, seed: int = 7, namespace: str = "ns-07") -> dict[str, Any]:

@@ -46,7 +46,7 @@ from processor_group import TRIVIAL, Group, wait_synced
 from run_control import measure_in, progress
 from sim_control import Sim
 
-from informer_bus.apiserver_sim import SimulatorSettings
+from apiserver_sim import SimulatorSettings
 
 _FROM_CHECKOUT = (
     "import runpy, sys; sys.path.insert(0, {root!r}); "

@@ -78,7 +78,7 @@ from reporting import machine
 from run_control import measure_in, progress
 from sim_control import Sim
 
-from informer_bus.apiserver_sim import SimulatorSettings
+from apiserver_sim import SimulatorSettings
 
 
 def measure(args: argparse.Namespace, sizes: Sizes, workdir: Path) -> list[Measurement]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from harness import BenchError
 from run_control import wait_for
 
-from informer_bus.apiserver_sim import SimulatorProcess
+from apiserver_sim import SimulatorProcess
 
 RESOURCE = "pods"
 

@@ -33,9 +33,10 @@ The caveats, which callers must respect:
   untied, and :data:`TIES_CHILDREN` says so.
 
 :class:`ChildProcess` is the one supervisor built on it, for every program here that runs
-children (the demo, the benches, the simulator process, the private Redis, the tests): start
-tied; wait until ready; stop with a signal, a bounded grace, then SIGKILL; reap; and never
-leak a process, a pipe, a thread or a file, whichever of those steps fails.
+children (the demo, the benches, the private Redis, the tests; the API simulator, a package of
+its own, has its own runner): start tied; wait until ready; stop with a signal, a bounded
+grace, then SIGKILL; reap; and never leak a process, a pipe, a thread or a file, whichever of
+those steps fails.
 """
 
 from __future__ import annotations

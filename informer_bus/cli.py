@@ -1,8 +1,9 @@
 """The ``informer-bus`` command.
 
-Subcommands register themselves in :data:`SUBCOMMANDS`; each later capability (simulator,
-reflector, processor, demo, subscribe, status, groups) adds one. A user mistake on the command line
-ends with a one-line message and exit status 2, never a traceback.
+Subcommands register themselves in :data:`SUBCOMMANDS`; each capability (reflector, processor,
+demo, subscribe, status, groups) adds one. The API simulator is a program of its own
+(``apiserver-sim``, package ``apiserver_sim``), not part of the product. A user mistake on the
+command line ends with a one-line message and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from informer_bus import __version__
-from informer_bus.apiserver_sim.command import APISERVER_SIM
 from informer_bus.demo.command import DEMO
 from informer_bus.groups.command import GROUPS
 from informer_bus.status.command import STATUS
@@ -52,7 +52,6 @@ def _service(name: str, module: _ServiceCli) -> Subcommand:
 
 # Each capability appends its entry here (explicit imports: the CLI is the top layer).
 SUBCOMMANDS: list[Subcommand] = []
-SUBCOMMANDS.append(APISERVER_SIM)
 SUBCOMMANDS.append(_service("reflector", reflector_cli))
 SUBCOMMANDS.append(_service("processor", processor_cli))
 SUBCOMMANDS.append(SUBSCRIBE)

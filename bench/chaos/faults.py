@@ -12,9 +12,9 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from apiserver_sim.status import ApiError
 from bench.chaos.catalogue import REDIS_FAULTS
 from bench.chaos.processes import ChaosPipeline
-from informer_bus.apiserver_sim.status import ApiError
 from tests.support.bus import (
     ReflectorProcess,
 )

@@ -13,9 +13,9 @@ from pathlib import Path
 import redis
 from redis.exceptions import RedisClusterException
 
+from apiserver_sim import Simulator, SimulatorSettings
 from bench.chaos.catalogue import Scenario
 from bench.chaos.topologies import TOPOLOGIES, RedisTopology
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from tests.processor.ha.conftest import (
     Call,
     assignment_problems,

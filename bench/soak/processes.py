@@ -13,10 +13,10 @@ from pathlib import Path
 
 import redis
 
+from apiserver_sim import SimulatorProcess, SimulatorSettings
 from bench.soak.handler import DUMP_REQUEST
 from bench.soak.results import SoakConfig
 from informer_bus import local_redis
-from informer_bus.apiserver_sim import SimulatorProcess, SimulatorSettings
 from tests.processor.ha.conftest import (
     processor_settings,
     wait_balanced,

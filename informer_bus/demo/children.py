@@ -65,16 +65,18 @@ def death_report(
 
 
 class Child:
-    """One ``informer-bus`` subcommand as a child process, its output in ``log_path`` (which a
-    restart appends to).
+    """One ``informer-bus`` subcommand (or, with ``module``, another ``python -m`` program) as a
+    child process, its output in ``log_path`` (which a restart appends to).
 
     Started tied to the demo, in a process group of its own (the package docstring says why),
     by a :class:`~informer_bus.child_process.ChildProcess` per run.
     """
 
-    def __init__(self, name: str, args: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, args: Sequence[str], log_path: Path, *, module: str = "informer_bus.cli"
+    ) -> None:
         self.name = name
-        self.args = [sys.executable, "-m", "informer_bus.cli", *args]
+        self.args = [sys.executable, "-m", module, *args]
         self.log_path = log_path
         self.process: ChildProcess | None = None
         self.url = ""

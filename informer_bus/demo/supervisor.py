@@ -26,7 +26,6 @@ import redis
 
 from common.redis_config import redacted_url
 from common.service_runner import fail
-from informer_bus.apiserver_sim.command import READY_PREFIX
 from informer_bus.demo.children import (
     Child,
     DemoError,
@@ -49,7 +48,7 @@ from informer_bus.local_redis import RedisServer, RedisServerMissingError
 from informer_bus.status.collect import status_client
 from informer_bus.status.render import shard_ranges
 
-__all__ = ["Demo", "informer_bus_command", "run_demo"]
+__all__ = ["SIMULATOR_MISSING", "Demo", "informer_bus_command", "run_demo"]
 
 _PROBES = re.compile(r"metrics and probes on (http://\S+)")
 _STARTUP_TIMEOUT: Final = 60.0
@@ -60,6 +59,11 @@ _SHOW_TAKEOVER: Final = 2.0  # seconds the view shows a takeover before the rest
 _TAKEOVER_SLACK: Final = 10.0  # beyond lease + member TTL, before restarting without a takeover
 _LAST_LINES: Final = 5
 _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SIMULATOR_MISSING: Final = (
+    "the API simulator is not installed (it is not part of informer-bus): run `make demo` or "
+    "`pip install -e ./apiserver_sim` in a clone of the repository, or watch a real cluster "
+    "with --kubeconfig"
+)
 _SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
 
@@ -85,6 +89,16 @@ def informer_bus_command() -> str:
     if script.is_file() and os.access(script, os.X_OK):
         return shlex.quote(str(script))
     return f"{shlex.quote(sys.executable)} -m informer_bus.cli"
+
+
+def _simulator_ready_line() -> str:
+    """The start of the line the API simulator prints once it serves; a ``DemoError`` saying
+    how to install it where it is missing (it is not part of the informer-bus wheel)."""
+    try:
+        from apiserver_sim.command import READY_PREFIX  # noqa: PLC0415 - optional, see above
+    except ImportError:
+        raise DemoError(SIMULATOR_MISSING, 2) from None
+    return READY_PREFIX
 
 
 @dataclass
@@ -168,8 +182,9 @@ class Demo:
             raise DemoError(str(exc), 2) from None
         if settings.kubeconfig is not None and not Path(settings.kubeconfig).is_file():
             raise DemoError(f"no kubeconfig file at {settings.kubeconfig}", 2)
+        simulator_ready = "" if settings.kubeconfig is not None else _simulator_ready_line()
         self.redis = self._start_redis()
-        kube_args = self._start_kube_source()
+        kube_args = self._start_kube_source(simulator_ready)
         common = [
             "--redis-url", self.redis.url, "--prefix", self.redis.prefix,
             "--shard-count", str(settings.shard_count), "--http-host", "127.0.0.1",
@@ -251,8 +266,9 @@ class Demo:
                        "stops)\n")  # fmt: skip
         return _Redis(url, prefix)
 
-    def _start_kube_source(self) -> list[str]:
-        """Start the simulator (or point at the kubeconfig); the reflector's source flags."""
+    def _start_kube_source(self, simulator_ready: str) -> list[str]:
+        """Start the simulator (or point at the kubeconfig); the reflector's source flags.
+        ``simulator_ready``: the start of the line the simulator prints once it serves."""
         settings = self.settings
         if settings.kubeconfig is not None:
             args = ["--kubeconfig", settings.kubeconfig]
@@ -262,13 +278,14 @@ class Demo:
             return args
         sim = self._spawn(
             Child("apiserver-sim",
-                  ["apiserver-sim", "--port", "0", "--populate", str(settings.pods),
+                  ["--port", "0", "--populate", str(settings.pods),
                    "--churn", str(settings.churn), "--seed", "1"],
-                  self.log_dir / "apiserver-sim.log"),
+                  self.log_dir / "apiserver-sim.log", module="apiserver_sim"),
         )  # fmt: skip
         sim.url = sim.wait_for(
-            re.compile(re.escape(READY_PREFIX) + r"(\S+)"), self.stop.requested, _STARTUP_TIMEOUT
-        )
+            re.compile(re.escape(simulator_ready) + r"(\S+)"), self.stop.requested,
+            _STARTUP_TIMEOUT,
+        )  # fmt: skip
         self.out.write(
             f"kubernetes: apiserver-sim on {sim.url} with {settings.pods} pods, "
             f"{settings.churn:g} events/s\n"

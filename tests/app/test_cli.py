@@ -48,7 +48,6 @@ def test_console_script_is_installed() -> None:
         ["subscribe", "pods", "--bogus"],
         ["subscribe", "pods", "extra"],
         ["demo", "--bogus"],
-        ["apiserver-sim", "--bogus"],
     ],
 )
 def test_an_unknown_argument_shows_the_subcommands_usage(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from informer_bus.apiserver_sim.fixtures import namespace_names
-from informer_bus.apiserver_sim.settings import SimulatorSettings
+from apiserver_sim.fixtures import namespace_names
+from apiserver_sim.settings import SimulatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))

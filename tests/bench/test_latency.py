@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from informer_bus.apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
+from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
 from tests.bench.support import ROOT
 
 

@@ -1,7 +1,8 @@
 """common.service_runner as a real service process sees it: which signals stop it cleanly.
 
-The simulator's command is the smallest service on the shared runner (the reflector's and the
-processor's SIGTERM/SIGHUP behaviour is tested in tests/reflector/ha and tests/processor/ha).
+The service here is the smallest one the runner can run, one that starts and stops at once, so
+what is tested is the runner alone (the reflector's and the processor's SIGTERM/SIGHUP behaviour
+is tested in tests/reflector/ha and tests/processor/ha).
 """
 
 from __future__ import annotations
@@ -13,8 +14,19 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from informer_bus.apiserver_sim.command import READY_PREFIX
 from tests.support.cli import ROOT
+
+_READY = "serving"
+_SERVICE = f"""
+from common.service_runner import run_until_signalled
+
+class Idle:
+    def start(self): pass
+    def stop(self): print("stopped", flush=True)
+
+raise SystemExit(run_until_signalled(Idle(), program="idle", on_started=lambda: print(
+    "{_READY}", flush=True)))
+"""
 
 
 def _ignore_hangups() -> None:
@@ -27,14 +39,14 @@ def start_service() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     def start(*, nohup: bool = False) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [sys.executable, "-m", "informer_bus.cli", "apiserver-sim", "--port", "0"],
+            [sys.executable, "-c", _SERVICE], cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=_ignore_hangups if nohup else None,  # noqa: PLW1509 - no threads here
         )  # fmt: skip
         started.append(process)
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert line.startswith(READY_PREFIX), line + process.stderr.read()
+        assert line == _READY + "\n", line + process.stderr.read()
         return process
 
     yield start
@@ -50,9 +62,10 @@ def test_a_stop_signal_stops_the_service_cleanly(
 ) -> None:
     process = start_service()
     process.send_signal(how)
-    _, stderr = process.communicate(timeout=20)
+    stdout, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
+    assert stdout == "stopped\n"
 
 
 def test_a_hangup_ignored_by_whoever_started_it_stays_ignored(

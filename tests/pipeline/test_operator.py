@@ -32,9 +32,9 @@ import pytest
 from kubernetes.client import ApiClient, Configuration, CustomObjectsApi
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator
+from apiserver_sim.resources import CONFIGMAPS, WIDGETS
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator
-from informer_bus.apiserver_sim.resources import CONFIGMAPS, WIDGETS
 from informer_bus.examples.widget_operator import CONFIG_SUFFIX, desired_data
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import SimulatorSettings
+from apiserver_sim import SimulatorSettings
 from tests.support.redis_server import RedisServer, free_port
 
 ADMIN_PASSWORD = "admin-Hx3-not-for-services"

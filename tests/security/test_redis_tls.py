@@ -13,11 +13,11 @@ from pathlib import Path
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator
 from common.deltas import Delta, DeltaType
 from common.keys import meta_namespace_key
 from common.settings import settings_of
 from common.wire import DeltaEnvelope, envelope_to_fields
-from informer_bus.apiserver_sim import Simulator
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import redis
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from tests.security.conftest import PROCESSOR_PASSWORD, REFLECTOR_PASSWORD, TlsRedisServer
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import run_command

@@ -16,9 +16,9 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator
 from common.plugins import load_plugin
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService

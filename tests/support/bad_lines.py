@@ -1,4 +1,4 @@
-"""The simulator's bad watch lines (``informer_bus.apiserver_sim.faults.BAD_LINES``) and the
+"""The simulator's bad watch lines (``apiserver_sim.faults.BAD_LINES``) and the
 reason the reflector's decoder must give for each (``MalformedWatchEventError.reason``, the
 ``reason`` label of ``bad_watch_lines_total``)."""
 

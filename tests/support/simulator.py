@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from apiserver_sim import Simulator, SimulatorSettings
 
 __all__ = ["FAST", "sim", "sim_settings"]
 

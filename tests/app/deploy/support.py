@@ -10,6 +10,7 @@ handler that cannot be imported or a setting the service rejects fails the test.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -23,9 +24,10 @@ from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
+from apiserver_sim.command import build_parser as simulator_parser
+from apiserver_sim.settings import ENV_PREFIX as SIM_ENV_PREFIX
+from apiserver_sim.settings import SimulatorSettings
 from common.settings import ENV_PREFIX, settings_from_args
-from informer_bus.apiserver_sim.settings import ENV_PREFIX as SIM_ENV_PREFIX
-from informer_bus.apiserver_sim.settings import SimulatorSettings
 from informer_bus.cli import build_parser
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.resources import ResourceSpec
@@ -47,6 +49,7 @@ __all__ = [
     "final_stage",
     "image_entrypoint",
     "image_environment",
+    "image_stage",
     "launch_for",
     "listening_port",
     "localize_launch",
@@ -123,18 +126,34 @@ def final_stage(instructions: Sequence[Instruction]) -> list[Instruction]:
     return list(instructions[starts[-1] :])
 
 
-def image_entrypoint() -> list[str]:
-    entrypoints = [i for i in final_stage(dockerfile_instructions()) if i.keyword == "ENTRYPOINT"]
+def image_stage(target: str | None = None) -> list[Instruction]:
+    """The instructions of the stage ``docker build --target TARGET`` makes (``None``: the last
+    stage, what a plain ``docker build`` makes)."""
+    instructions = dockerfile_instructions()
+    if target is None:
+        return final_stage(instructions)
+    starts = [i for i, ins in enumerate(instructions) if ins.keyword == "FROM"] + [
+        len(instructions)
+    ]
+    for start, end in itertools.pairwise(starts):
+        words = shlex.split(instructions[start].arguments)
+        if [word.lower() for word in words[1:2]] == ["as"] and words[2:] == [target]:
+            return list(instructions[start:end])
+    raise AssertionError(f"the Dockerfile has no stage {target!r}")
+
+
+def image_entrypoint(target: str | None = None) -> list[str]:
+    entrypoints = [i for i in image_stage(target) if i.keyword == "ENTRYPOINT"]
     assert entrypoints, "the image has no ENTRYPOINT"
     argv = entrypoints[-1].exec_form()
     assert argv, "ENTRYPOINT must be in exec form (a JSON array)"
     return argv
 
 
-def image_environment() -> dict[str, str]:
+def image_environment(target: str | None = None) -> dict[str, str]:
     """The image's ``ENV`` (``KEY=VALUE`` pairs; values here are never quoted or spaced)."""
     env: dict[str, str] = {}
-    for ins in final_stage(dockerfile_instructions()):
+    for ins in image_stage(target):
         if ins.keyword == "ENV":
             for pair in shlex.split(ins.arguments):
                 key, sep, value = pair.partition("=")
@@ -155,6 +174,9 @@ class Launch:
 
     @property
     def subcommand(self) -> str:
+        """The informer-bus subcommand, or ``apiserver-sim`` for the simulator's own image."""
+        if Path(self.argv[0]).name == "apiserver-sim":
+            return "apiserver-sim"
         assert len(self.argv) > 1, f"no informer-bus subcommand in {self.argv}"
         return self.argv[1]
 
@@ -164,16 +186,22 @@ class Launch:
         return "--" + name.replace("_", "-"), prefix + name.upper()
 
 
-def launch_for(command: Sequence[str], env: Mapping[str, str]) -> Launch:
-    """A container's launch from the image's entrypoint and ENV plus a service's ``command``
-    (compose) or ``args`` (Kubernetes) and environment."""
-    return Launch(tuple(image_entrypoint()) + tuple(command), {**image_environment(), **env})
+def launch_for(command: Sequence[str], env: Mapping[str, str], target: str | None = None) -> Launch:
+    """A container's launch from the image's entrypoint and ENV (the image of Dockerfile stage
+    ``target``, the last one by default) plus a service's ``command`` (compose) or ``args``
+    (Kubernetes) and environment."""
+    return Launch(
+        tuple(image_entrypoint(target)) + tuple(command), {**image_environment(target), **env}
+    )
 
 
 def settings_of(launch: Launch) -> Any:
     """The settings the service builds from this argv and environment, through the real parser
     and the real settings loader (so defaults, env vars and flags combine as they do when it
     runs)."""
+    if launch.subcommand == "apiserver-sim":
+        arguments = simulator_parser().parse_args(list(launch.argv[1:]))
+        return SimulatorSettings.from_args(arguments, environ=launch.env)
     cls, _, _ = _SETTINGS[launch.subcommand]
     args = build_parser().parse_args(list(launch.argv[1:]))
     with mock.patch.dict(os.environ, dict(launch.env), clear=True):
@@ -237,8 +265,8 @@ def _replace_setting(launch: Launch, name: str, value: str) -> tuple[Launch, boo
 def localize_launch(launch: Launch, endpoints: LocalEndpoints, workdir: Path) -> tuple[Launch, int]:
     """THE differences between a deployed launch and its local run; nothing else is changed.
 
-    * the image's entrypoint (``informer-bus``) is this virtualenv's ``informer-bus`` script,
-      and ``redis-server`` the one on ``PATH``;
+    * the image's entrypoint (``informer-bus``, or the simulator's ``apiserver-sim``) is this
+      virtualenv's script of that name, and ``redis-server`` the one on ``PATH``;
     * the Redis URL's host and port (``redis:6379``, a cluster service) are the test's private
       redis-server's; the Kubernetes API URL's (``apiserver-sim:8001``) the local simulator's;
     * in-cluster configuration (a service account token the pod gets mounted) becomes that
@@ -256,8 +284,8 @@ def localize_launch(launch: Launch, endpoints: LocalEndpoints, workdir: Path) ->
         local_args = ("--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir))
         return replace(launch, argv=(binary, *launch.argv[1:], *local_args)), port
     entrypoint, *rest = launch.argv
-    assert entrypoint == "informer-bus", f"unexpected entrypoint {entrypoint!r}"
-    script = Path(sys.executable).parent / "informer-bus"
+    assert entrypoint in ("informer-bus", "apiserver-sim"), f"unexpected entrypoint {entrypoint!r}"
+    script = Path(sys.executable).parent / entrypoint
     local = replace(launch, argv=(str(script), *rest))
     if launch.subcommand != "apiserver-sim":
         redis_url = settings_of(launch).redis.url

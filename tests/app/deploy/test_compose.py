@@ -100,7 +100,7 @@ def compose_launch(name: str) -> Launch:
     assert isinstance(command, list), f"{name}: give command as a list (exec form)"
     if name == "redis":
         return Launch(tuple(command), compose_environment(service))
-    return launch_for(command, compose_environment(service))
+    return launch_for(command, compose_environment(service), service["build"].get("target"))
 
 
 def healthcheck_url(name: str) -> str:
@@ -259,10 +259,16 @@ def test_informer_bus_services_run_the_image_built_from_this_repository() -> Non
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     for name in INFORMER_BUS_SERVICES:
         service = SERVICES[name]
-        assert service["image"] == f"informer-bus:{version}"
         context = (COMPOSE_FILE.parent / service["build"]["context"]).resolve()
         assert context == ROOT
         assert (context / service["build"]["dockerfile"]).is_file()
+        if name == "apiserver-sim":  # not part of the product: an image of its own
+            assert service["image"] == f"informer-bus-apiserver-sim:{version}"
+            assert service["build"]["target"] == "apiserver-sim"
+            assert compose_launch(name).argv[0] == "apiserver-sim"
+        else:
+            assert service["image"] == f"informer-bus:{version}"
+            assert "target" not in service["build"]  # the product's image, the last stage
 
 
 # --- run locally ---------------------------------------------------------------------------------

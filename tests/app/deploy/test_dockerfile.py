@@ -26,6 +26,7 @@ from tests.app.deploy.support import (
     final_stage,
     image_entrypoint,
     image_environment,
+    image_stage,
     uid_of_user,
 )
 from tests.support.redis_server import free_port
@@ -83,6 +84,19 @@ def test_the_project_is_installed_without_dev_extras() -> None:
 def test_the_entrypoint_is_the_console_script() -> None:
     assert image_entrypoint() == ["informer-bus"]
     assert "informer-bus" in PYPROJECT["project"]["scripts"]
+
+
+def test_the_simulator_has_an_image_of_its_own_and_none_in_the_products() -> None:
+    """Issue 36 point 4: the API simulator is not part of the product, in its image either."""
+    simulator = image_stage("apiserver-sim")
+    installs = [
+        i.arguments for i in simulator if i.keyword == "RUN" and "pip install" in i.arguments
+    ]
+    assert any(re.search(r"\bapiserver-sim$", run) for run in installs), installs
+    assert image_entrypoint("apiserver-sim") == ["apiserver-sim"]
+    assert uid_of_user(only("USER", simulator).arguments) != 0
+    product = " ".join(i.arguments for i in FINAL)
+    assert "apiserver" not in product and "apiserver" not in str(image_environment())
 
 
 def test_copied_files_exist_and_hold_every_package() -> None:

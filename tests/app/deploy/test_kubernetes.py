@@ -19,8 +19,8 @@ import pytest
 import redis
 import yaml
 
-from informer_bus.apiserver_sim import SimulatorSettings
-from informer_bus.apiserver_sim.process import SimulatorProcess
+from apiserver_sim import SimulatorSettings
+from apiserver_sim.process import SimulatorProcess
 from reflector_svc.resources import ResourceSpec
 from tests.app.deploy.support import (
     KUBERNETES_DIR,

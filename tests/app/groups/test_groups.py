@@ -16,9 +16,9 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.redis_layout import GroupKeys, ResourceKeys
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.local_redis import free_port
 from informer_bus.status.collect import collect_status, status_client
 from informer_bus.status.model import GroupStatus, ResourceStatus

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from informer_bus.child_process import ChildProcess
 from tests.support.bus import ProcessorProcess, ReflectorProcess, ServiceProcess, closing_with_logs
 from tests.support.promql_names import metric_names

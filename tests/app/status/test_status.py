@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.redis_config import redacted_url
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.discovery import discover_resources
 from informer_bus.local_redis import free_port
 from informer_bus.status.collect import collect_status, status_client

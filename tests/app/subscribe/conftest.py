@@ -14,8 +14,8 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.publisher import ShardPublisher
 from reflector_svc.service import ReflectorService

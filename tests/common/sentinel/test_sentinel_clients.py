@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from apiserver_sim import Simulator
 from common.lease import RedisLease
 from common.redis_config import (
     MasterUnknownError,
@@ -23,7 +24,6 @@ from common.redis_config import (
 )
 from common.service_clients import service_clients
 from common.settings import LeaseTiming, RedisConnection
-from informer_bus.apiserver_sim import Simulator
 from informer_bus.local_redis import free_port
 from processor_svc.blocking_read import BlockingRead
 from tests.reflector.ha.conftest import reflector_flags

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import redis
 
+from apiserver_sim import Simulator
 from common.redis_config import redis_client
 from common.redis_layout import ResourceKeys, ShardKeys
-from informer_bus.apiserver_sim import Simulator
 from tests.pipeline.cluster.conftest import LocalCluster
 from tests.processor.ha.conftest import (
     deletion_problems,

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from apiserver_sim import Simulator
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import Bus, Entry, ProcessorProcess, closing_with_logs

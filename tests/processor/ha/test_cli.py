@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from tests.processor.ha.conftest import (
     HANDLER,

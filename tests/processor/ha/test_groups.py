@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
+from apiserver_sim import Simulator
 from common.redis_layout import ShardKeys
-from informer_bus.apiserver_sim import Simulator
 from reflector_svc.retention import trim_shard
 from reflector_svc.service import ReflectorService
 from tests.processor.ha.conftest import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from tests.processor.ha.conftest import (
     Call,

@@ -12,10 +12,10 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.keys import meta_namespace_key
 from common.redis_layout import ResourceKeys
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from informer_bus.status.collect import collect_status, status_client
 from processor_svc.handlers import HandlerLoadError
 from processor_svc.service import ProcessorService

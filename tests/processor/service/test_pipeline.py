@@ -11,9 +11,9 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.keys import meta_namespace_key
 from common.settings import SettingsError, settings_of
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService

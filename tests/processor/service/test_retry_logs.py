@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from apiserver_sim import Simulator, SimulatorSettings
 from common.observability import configure_logging
 from common.service_runner import name_failures_in_logs
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
 from tests.support.bus import ProcessorProcess, ReflectorProcess
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
+from apiserver_sim import Simulator, SimulatorSettings
 from tests.support.bus import ProcessorProcess, ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_server import RedisServer

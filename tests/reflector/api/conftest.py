@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.resources import ResourceSpec, resolve
 from reflector_svc.transport import load_api_client

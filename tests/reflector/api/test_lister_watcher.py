@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 
-from informer_bus.apiserver_sim import Simulator
-from informer_bus.apiserver_sim.faults import BAD_LINES
+from apiserver_sim import Simulator
+from apiserver_sim.faults import BAD_LINES
 from reflector_svc.api_errors import (
     ApiStatusError,
     ApiUnavailableError,

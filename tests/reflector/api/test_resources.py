@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client import ApiClient
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.api_errors import ApiStatusError, ApiUnavailableError, UnknownResourceError
 from reflector_svc.resources import ResolvedResource, ResourceSpec, resolve
 from reflector_svc.transport import load_api_client as load

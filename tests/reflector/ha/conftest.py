@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis
 
+from apiserver_sim import PODS, ResourceType, Simulator
+from apiserver_sim.selectors import FieldSelector, LabelSelector
 from common.settings import settings_of
-from informer_bus.apiserver_sim import PODS, ResourceType, Simulator
-from informer_bus.apiserver_sim.selectors import FieldSelector, LabelSelector
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import (
@@ -52,7 +52,7 @@ class SimHistory:
     def __init__(self, sim: Simulator, resource: ResourceType = PODS) -> None:
         self.resource = resource
         self._sub, _ = sim.state.subscribe(
-            resource, None, LabelSelector.parse(None), FieldSelector.parse(None, ()),
+            resource, None, LabelSelector.parse(None), FieldSelector.parse(None, resource),
             sim.resource_version,
         )  # fmt: skip
         self._events: dict[str, list[tuple[str, str]]] = {}

@@ -1,7 +1,7 @@
 """Reference 1.10 for bad watch lines: a line that is not a usable event ends the watch, and the
 reflector re-watches from the last event it published instead of relisting everything.
 
-A real simulator over HTTP writes each kind of bad line (``informer_bus.apiserver_sim.faults``),
+A real simulator over HTTP writes each kind of bad line (``apiserver_sim.faults``),
 a real reflector service reads it, a real Redis holds the streams; ``assert_faithful(exact=True)``
 checks that every key's stream is exactly what the simulator did: nothing lost, nothing twice.
 The simulator sends no bookmarks here, so the write that carries an armed bad line is the one
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from informer_bus.apiserver_sim import Simulator, SimulatorSettings
-from informer_bus.apiserver_sim.faults import BAD_LINES
+from apiserver_sim import Simulator, SimulatorSettings
+from apiserver_sim.faults import BAD_LINES
 from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import SimHistory, assert_faithful, wait_caught_up

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from tests.reflector.ha.conftest import (
     SHARDS,
     SimHistory,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.publisher import ShardPublisher, _Call
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import SimHistory, assert_faithful, holds_lease, wait_caught_up

@@ -13,7 +13,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from tests.reflector.ha.conftest import (
     LEASE,

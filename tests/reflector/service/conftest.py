@@ -9,9 +9,9 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator
 from common.settings import settings_of
 from common.wire import DeltaEnvelope
-from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
 from tests.support import bus as shared

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
+from apiserver_sim import Simulator
+from apiserver_sim.revision import StoredObject
 from common.publication import ResourceLayout
 from common.shard_keys import ShardKeyChoice
 from common.sharding import shard_for
 from common.wire import Move
-from informer_bus.apiserver_sim import Simulator
-from informer_bus.apiserver_sim.revision import StoredObject
 from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced
 from tests.support.bus import Entry, duplicate_problems, known_state_problems, order_problems
 from tests.support.waiting import wait_until

@@ -17,8 +17,8 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from apiserver_sim import Simulator
 from common.settings import settings_of
-from informer_bus.apiserver_sim import Simulator
 from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
 from reflector_svc.publish_records import FencedError

@@ -10,7 +10,7 @@ from typing import Any
 
 import urllib3
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced
 from tests.support.waiting import wait_until
@@ -214,7 +214,7 @@ def test_1_13_watch_list_syncs_and_continues_on_the_same_stream(
 
 
 def test_1_13_watch_list_falls_back_to_list_on_422(redis_server: Any, bus: Bus) -> None:
-    from informer_bus.apiserver_sim import SimulatorSettings
+    from apiserver_sim import SimulatorSettings
 
     settings = SimulatorSettings(bookmark_interval=0.1, watch_list=False)
     with Simulator(settings) as old_server:
