@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import Simulator
+from apiserver_sim import Simulator
 from tests.support.group_pipeline import GroupPipeline
 from tests.support.held_objects import replay
 from tests.support.redis_server import RedisServer

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import redis
 
-from informer_bus.apiserver_sim import ChurnStats, Simulator
+from apiserver_sim import ChurnStats, Simulator
 from tests.support.group_pipeline import GroupPipeline, InFlight, Relabeler
 from tests.support.handler_calls import Call
 from tests.support.held_objects import Told, replay

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-from informer_bus.apiserver_sim import ApiError, Simulator
+from apiserver_sim import ApiError, Simulator
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.handler_calls import Call, read_calls
 from tests.support.waiting import wait_until
