@@ -98,6 +98,8 @@ def test_the_runner_swaps_every_documented_port_and_nothing_else() -> None:
         "for port in 3 4; do p --http-port $port & done\n"
         "curl http://127.0.0.1:1/readyz; x --populate 2000 --count 1x 18001 1714567890001-0"
     )
+    with pytest.raises(ValueError, match="808"):
+        documented_ports("for n in 1 2; do p --http-port 808$n & done")
 
 
 def test_the_runner_ends_what_a_session_leaves_running(tmp_path: Path) -> None:

@@ -50,6 +50,8 @@ _PORTS: Final = (
     re.compile(r"\bfor port in ((?:\d+[ \t]*)+)"),
 )
 """Where a block names a port: a flag, an address, or the list a ``for port in`` loop walks."""
+_COMPOSED_PORT = re.compile(r"(?:--(?:http-)?port[ =]|(?:127\.0\.0\.1|localhost):)\d+\$")
+"""``--http-port 808$n``: a port the runner cannot swap (write the ports out, ``for port in``)."""
 _STOP_GRACE: Final = 10.0
 
 
@@ -92,7 +94,10 @@ def marks_without_block(path: Path) -> list[int]:
 
 
 def documented_ports(text: str) -> set[int]:
-    """Every TCP port the text names (see :data:`_PORTS`); 0 (any port) is not one."""
+    """Every TCP port the text names (see :data:`_PORTS`); 0 (any port) is not one.
+    ``ValueError`` for a port glued to a shell variable, which could not be swapped."""
+    if composed := _COMPOSED_PORT.search(text):
+        raise ValueError(f"a port built from a shell variable: {composed.group()!r}")
     found = set()
     for pattern in _PORTS:
         for match in pattern.finditer(text):
