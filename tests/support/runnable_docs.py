@@ -83,13 +83,14 @@ def runnable_blocks(path: Path, root: Path) -> list[Block]:
 
 
 def marks_without_block(path: Path) -> list[int]:
-    """Lines holding the mark that no fenced block follows (a mark the runner would ignore)."""
+    """Lines that are the mark and that no fenced block follows (a mark the runner would
+    ignore); the mark quoted inside a line of prose is not one."""
     text = path.read_text()
     marked = {text.count("\n", 0, m.start()) + 1 for m in _MARKED.finditer(text)}
     return [
         number
         for number, line in enumerate(text.splitlines(), 1)
-        if RUNNABLE_MARK in line and number not in marked
+        if line.strip() == RUNNABLE_MARK and number not in marked
     ]
 
 
