@@ -50,16 +50,17 @@ def _blocks(*languages: str) -> list[Block]:
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    """A reader's shell in a fresh checkout: the venv's tools (kubectl may live there) on the
-    PATH, no INFORMER_BUS_* of the test run, no kubeconfig. The Redis variables point at a
-    port nobody listens on, so a command that forgot its --redis-url fails here instead of
-    reading the 127.0.0.1:6379 it would read on the reader's machine."""
+    """A reader's shell in a fresh checkout: ``.venv`` is the venv the tests run in (not on
+    the PATH: the docs say ``.venv/bin/...``, and put it there for the kubectl ``make
+    install`` may have installed into it), no INFORMER_BUS_* of the test run, no kubeconfig.
+    The Redis variables point at a port nobody listens on, so a command that forgot its
+    --redis-url fails here instead of reading the 127.0.0.1:6379 it would read on the
+    reader's machine."""
     (tmp_path / ".venv").symlink_to(VENV)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("INFORMER_BUS_", "IB_"))}
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     return {
         **clean,
-        "PATH": f"{VENV / 'bin'}{os.pathsep}{clean.get('PATH', '')}",
         "KUBECONFIG": str(tmp_path / "no-kubeconfig"),
         "REDIS_URL": nowhere,
         "INFORMER_BUS_REDIS_URL": nowhere,
