@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install kubectl lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos ha soak soak-short
+.PHONY: test install kubectl curl lint typecheck layers unit bench bench-core bench-groups bench-co-sharding clean redis-server prometheus help demo chaos ha soak soak-short
 
 help:
 	@echo "make demo    - install, then run the whole pipeline locally with a live view (Ctrl-C stops)"
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml apiserver_sim/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./apiserver_sim
 	touch $(STAMP)
 
-install: $(STAMP) redis-server prometheus kubectl
+install: $(STAMP) redis-server prometheus kubectl curl
 
 # Tests start their own redis-server on a free port; the binary must exist.
 redis-server:
@@ -40,6 +40,18 @@ redis-server:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	else \
 		echo "redis-server is not installed: install it (e.g. 'sudo apt-get install redis-server') and re-run make test" >&2; \
+		exit 1; \
+	fi
+
+# The README's and docs/handlers.md's commands wait for readiness with curl, and
+# tests/app/test_runnable_docs.py runs them as written.
+curl:
+	@if command -v curl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "curl missing: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; \
+	else \
+		echo "curl is not installed: install it (e.g. 'sudo apt-get install curl') and re-run make test" >&2; \
 		exit 1; \
 	fi
 

@@ -16,7 +16,11 @@ A dead processor is what the demo exists to show, so once the pipeline is up it 
 the demo (at startup a child that cannot start ends it, with that child's own error). The demo
 says once which processor died, how and where its log is, shows its shards waiting for their
 leases to expire and being taken over by the survivors, then restarts it (after a short
-backoff) and shows the shards being rebalanced back. A processor that dies again and again
+backoff) and, once the shards rebalanced, says which ones each processor owns, as the leases in
+Redis say (rarely the ones it had: the assignment is sticky, the survivors keep what they may).
+"Synced" in the view means every shard is held by a running processor whose caches are synced:
+a dead processor's unexpired leases hold nothing, and one that holds no shard is not waited
+for. A processor that dies again and again
 before its caches sync is not restarted forever: after :data:`MAX_FAILED_STARTS` such deaths
 in a row the demo says so and goes on with the others (or stops, exit 1, when none is left).
 The death of Redis, the simulator or the reflector ends the demo: nothing could be shown

@@ -205,8 +205,10 @@ class Processor(Child):
         """Shards it held when it died, until the others took them over."""
         self.taken_over_at: float | None = None
         """When the others took its shards over (the restart waits a little, to show it)."""
+        self.held_before_death: tuple[int, ...] = ()
+        """Shards it held when it last died (the rebalance after its restart is compared)."""
         self.back_pending = False
-        """Restarted, not yet told that it owns shards again."""
+        """Restarted and synced, the rebalance that follows not reported yet."""
 
     def holds(self, owner: str | None) -> bool:
         """Whether the shard lease holder ``owner`` (``member/pid/random``) is its current

@@ -352,7 +352,7 @@ class Demo:
         objects = sum(shard.objects for shard in resource.shards)
         return (
             f"pipeline synced after {after:.1f} s: {objects} {self.settings.resource} listed "
-            f"into {len(resource.shards)} shards, owned by {state.processors} processors whose "
+            f"into {len(resource.shards)} shards, owned by {state.holders} processors whose "
             "caches are synced"
         )
 
@@ -372,6 +372,7 @@ class Demo:
             if child.died_at is None and not self._processor_died(child, view, now):
                 continue
             self._maybe_restart(child, state, view, now)
+        self._report_rebalance(state, view)
         if not any(not child.given_up for child in self.processors):
             view.message(f"{PROGRAM}: no processor left, stopping")
             return 1
@@ -403,11 +404,39 @@ class Demo:
             child.failed_starts = 0
             if child.restarts:
                 view.message(f"{PROGRAM}: {child.name} is back (pid {child.pid}): its caches "
-                             "are synced; shards move back to it")  # fmt: skip
+                             "are synced; the shards rebalance")  # fmt: skip
                 child.back_pending = True
-        if child.back_pending and child.shards:
+
+    def _report_rebalance(self, state: ViewState, view: View) -> None:
+        """Once the shards settled after processors came back, who owns which, as Redis says.
+
+        Settled is what every processor's assignment aims at (``processor_svc.assignment``):
+        every shard held by a running processor and the counts differ by one at most. The
+        assignment is sticky, not a return to what each held before: the survivor keeps the
+        shards it holds within its quota, so the one back usually gets others than it had.
+        """
+        back = [p for p in self.processors if p.back_pending and p.running]
+        running = [p for p in self.processors if p.running]
+        resource = state.resource
+        if not back or resource is None:
+            return
+        counts = [len(p.shards) for p in running]
+        if sum(counts) != len(resource.shards) or max(counts) - min(counts) > 1:
+            return
+        owners = ", ".join(
+            f"{p.name} owns {'shards ' + shard_ranges(p.shards) if p.shards else 'no shard'}"
+            for p in running
+        )
+        before = []
+        for child in back:
             child.back_pending = False
-            view.message(f"{PROGRAM}: {child.name} owns shards {shard_ranges(child.shards)} again")
+            if child.held_before_death:
+                held = shard_ranges(child.held_before_death)
+                same = child.shards == child.held_before_death
+                before.append(f"{child.name} {'owned the same' if same else 'owned ' + held} "
+                              "before it died")  # fmt: skip
+        view.message(f"{PROGRAM}: shards rebalanced: {owners}"
+                     + (f" ({'; '.join(before)})" if before else ""))  # fmt: skip
 
     def _processor_died(self, child: Processor, view: View, now: float) -> bool:
         """Report a processor's death, once; ``False`` when it is not to be restarted."""
@@ -416,7 +445,7 @@ class Demo:
         child.close_log()
         child.reported = True
         child.died_at = now
-        child.orphaned = child.shards
+        child.orphaned = child.held_before_death = child.shards
         child.shards = ()
         child.back_pending = False
         if not child.synced_since_start:

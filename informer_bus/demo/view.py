@@ -68,6 +68,14 @@ class ViewState:
     ready: int
     processors: int
     """Processors the demo runs (given-up ones excluded)."""
+    holders: int = 0
+    """Running processors of the demo that hold shard leases. A ``kill -9``ed one's leases,
+    and its membership, stay in Redis until they expire: its shards are not held by anyone
+    who can apply them, and it is not counted."""
+    held: int = 0
+    """Shards whose lease a running processor of the demo holds."""
+    holders_ready: bool = False
+    """Every processor that holds a shard answers ``/readyz`` (its caches are synced)."""
     summaries: tuple[str, ...] = ()
     """One :meth:`Processor.summary` per processor."""
 
@@ -78,16 +86,18 @@ class ViewState:
 
     @property
     def synced(self) -> bool:
-        """Listed into every shard, every shard owned by a live processor, every processor's
-        caches synced: what "the pipeline is up" means."""
+        """Listed into every shard, every shard held by a running processor, the caches of
+        every processor that holds one synced: what "the pipeline is up" means. A processor
+        that holds nothing (down, restarting, or one more than there are shards) has no cache
+        to wait for, and a killed one's unexpired leases are not an owner."""
         resource, group = self.resource, self.group
         return (
             resource is not None
             and resource.synced
             and group is not None
             and group.synced
-            and self.processors > 0
-            and self.ready == self.processors
+            and self.held == len(resource.shards)
+            and self.holders_ready
         )
 
 
@@ -103,14 +113,12 @@ def status_line(state: ViewState) -> str:
     resource, group = state.resource, state.group
     lag = None if group is None else group.lag
     lag_s = None if group is None else group.max_lag_s
-    live = 0 if group is None else len(group.live_members)
-    owned = 0 if group is None else group.owned_shards
     line = (
         f"{head} events published {_rate(state.published_per_s)}, processed "
         f"{_rate(state.processed_per_s)} | lag {'?' if lag is None else lag} entries "
         f"({'-' if lag_s is None else f'{lag_s:.1f}'} s) | objects "
-        f"{sum(s.objects for s in resource.shards)} | owners {live} processors, "
-        f"{owned}/{len(resource.shards)} shards | ready "
+        f"{sum(s.objects for s in resource.shards)} | owners {state.holders} processors, "
+        f"{state.held}/{len(resource.shards)} shards | ready "
         f"{state.ready}/{state.processors} | synced {'yes' if state.synced else 'no'}"
     )
     if state.summaries:
@@ -196,6 +204,7 @@ class View:
             child.ready = self._is_ready(child)
             if group is not None and child.running:  # a dead one keeps its last shards
                 child.shards = tuple(s.shard for s in group.shards if child.holds(s.owner))
+        holders = [c for c in self._processors if c.running and c.shards] if group else []
         return ViewState(
             uptime=now - self._started,
             resource=resource,
@@ -204,6 +213,9 @@ class View:
             processed_per_s=processed,
             ready=sum(1 for child in self._processors if child.ready),
             processors=sum(1 for child in self._processors if not child.given_up),
+            holders=len(holders),
+            held=sum(len(child.shards) for child in holders),
+            holders_ready=bool(holders) and all(child.ready for child in holders),
         )
 
     def show(self, state: ViewState) -> None:

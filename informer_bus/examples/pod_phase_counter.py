@@ -1,7 +1,8 @@
 """Pods per phase, from the cache; phase transitions, from events.
 
 Run it with ``informer-bus processor --resource pods
---handler informer_bus.examples.pod_phase_counter:PodPhaseCounter``.
+--handler informer_bus.examples.pod_phase_counter:PodPhaseCounter``: every 10 s the processor's
+log shows ``counts()`` (``pods per phase in the shards this processor owns: Pending 4, ...``).
 
 The two halves show the two ways to use events. ``counts()`` is *level-based*: it reads the
 lister's ``phase`` index every time, so it is right after replays, takeovers (which re-deliver
@@ -36,11 +37,17 @@ def _phase(pod: Obj) -> str | None:
 
 
 class PodPhaseCounter:
-    """A handler: the processor constructs it with a :class:`HandlerContext`."""
+    """A handler: the processor constructs it with a :class:`HandlerContext`, calls
+    :meth:`start` before the first shard arrives and :meth:`stop` at shutdown."""
 
-    def __init__(self, context: HandlerContext, *, history: int = 100) -> None:
+    def __init__(
+        self, context: HandlerContext, *, history: int = 100, report_every: float = 10.0
+    ) -> None:
         self._lister = context.lister
         self._logger = context.logger
+        self._report_every = report_every  # seconds between two logs of counts(); 0: none
+        self._stopping = threading.Event()
+        self._reporter: threading.Thread | None = None
         # Index once, in every shard store, present and future: counts() then costs one
         # index lookup per phase instead of a scan of every pod.
         if PHASE_INDEX not in self._lister.get_indexers():
@@ -60,6 +67,30 @@ class PodPhaseCounter:
         """The last ``history`` phase changes seen, oldest first: ``(key, old, new)``."""
         with self._lock:
             return list(self._transitions)
+
+    def start(self) -> None:
+        """Log counts() every ``report_every`` seconds, from a thread of its own."""
+        if self._report_every > 0 and self._reporter is None:
+            self._reporter = threading.Thread(
+                target=self._report, name="pod-phase-counts", daemon=True
+            )
+            self._reporter.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """End the reports; ``False`` if the thread outlived ``timeout``."""
+        self._stopping.set()
+        if self._reporter is not None:
+            self._reporter.join(timeout)
+            return not self._reporter.is_alive()
+        return True
+
+    def _report(self) -> None:
+        while not self._stopping.wait(self._report_every):
+            counts = sorted(self.counts().items())
+            self._logger.info(
+                "pods per phase in the shards this processor owns: %s",
+                ", ".join(f"{phase} {pods}" for phase, pods in counts) or "none",
+            )
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
         """Nothing to do: counts() reads the cache, which already holds ``obj``."""

@@ -4,6 +4,7 @@ the simulator does not have)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import shlex
@@ -13,11 +14,12 @@ import pytest
 
 from apiserver_sim.fixtures import namespace_names
 from apiserver_sim.settings import SimulatorSettings
+from common.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 _CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
-_TOOLS = ("status", "subscribe")
+_TOOLS = ("status", "subscribe", "groups")
 
 
 def console_commands() -> list[tuple[str, list[str]]]:
@@ -73,3 +75,22 @@ def test_a_documented_namespace_exists_in_the_simulator(document: str, argv: lis
     for flag, value in itertools.pairwise(argv):
         if flag == "--namespace":
             assert value in namespaces, f"{document}: the simulator has no namespace {value!r}"
+
+
+def test_a_group_is_removed_with_the_groups_command() -> None:
+    """``informer-bus groups delete`` removes every key of a group; a reader told to run
+    ``XGROUP DESTROY`` per shard leaves the markers, leases and dead letters behind. Only the
+    wire spec, which is for consumers in other languages, spells the protocol out."""
+    for document in DOCUMENTS:
+        if document.name != "wire.md":
+            assert "XGROUP DESTROY" not in document.read_text(), document.name
+
+
+def test_the_wire_example_has_the_default_shard_count() -> None:
+    text = (ROOT / "docs" / "wire.md").read_text()
+    default = next(f for f in dataclasses.fields(ServiceSettings) if f.name == "shard_count")
+    answer = re.search(r'HGET ib:\{pods\}:layout shard_count\n"(\d+)"', text)
+    assert answer, "the worked example reads the shard count"
+    assert int(answer.group(1)) == default.default
+    shards = {int(n) for n in re.findall(r"ib:\{pods:(\d+)\}:deltas", text)}
+    assert max(shards) == default.default - 1, "the XREAD follows every shard"

@@ -9,6 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 import redis
 
 from informer_bus.local_redis import free_port
@@ -42,6 +43,22 @@ def test_headless_demo_reaches_synced_and_leaves_nothing_running(tmp_path: Path)
     }  # fmt: skip
     assert "processor demo-processor-1/" in (logs / "processor-1.log").read_text()
     assert result.stderr == ""
+
+
+@pytest.mark.slow
+def test_a_processor_without_shards_does_not_hold_synced_back(tmp_path: Path) -> None:
+    """Three processors, two shards: one owns nothing, and its ``/readyz`` says so (503: no
+    cache to trust). The pipeline is synced all the same: every shard is owned by a processor
+    whose caches are synced."""
+    result = run_command(
+        DEMO, "--duration", "12", "--pods", "300", "--processors", "3", "--shard-count", "2",
+        "--log-dir", str(tmp_path / "logs"), env={"REDIS_URL": ""},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(r"^pipeline synced after [\d.]+ s: \d+ pods listed into 2 shards, owned "
+                     r"by 2 processors whose caches are synced", out, re.M), out  # fmt: skip
+    assert re.search(r"owners 2 processors, 2/2 shards \| ready 2/3 \| synced yes", out), out
 
 
 def test_ctrl_c_stops_the_demo_cleanly_and_removes_its_keys(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,29 @@ class TestPodPhaseCounter:
         lister.attach(7, late)
         assert counter.counts() == {"Failed": 1}
         PodPhaseCounter(make_context(lister))  # a second instance reuses the index
+
+    def test_started_it_logs_its_counts_until_stopped(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """What a processor running it shows of counts(): a log line every ``report_every``."""
+        caplog.set_level(logging.INFO, logger="tests.processor_api")
+        lister = ShardedLister()
+        counter = PodPhaseCounter(make_context(lister), report_every=0.05)
+        store = lister.new_store()
+        lister.attach(0, store)
+        add(counter, store, pod("a"), pod("b"), pod("c", phase="Pending"), initial=True)
+        counter.start()
+        try:
+            wait_until(lambda: any("pods per phase" in r.getMessage() for r in caplog.records))
+        finally:
+            assert counter.stop(5)
+        reports = [r.getMessage() for r in caplog.records if "pods per phase" in r.getMessage()]
+        assert reports[0] == (
+            "pods per phase in the shards this processor owns: Pending 1, Running 2"
+        )
+        caplog.clear()
+        time.sleep(0.2)
+        assert not caplog.records, "no report after stop()"
 
     def test_history_is_bounded(self) -> None:
         lister = ShardedLister()
