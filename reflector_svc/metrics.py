@@ -84,6 +84,13 @@ class ReflectorMetrics:
             "group that lost them",
             "group",
         )
+        self.group_lag = gauge(
+            "informer_bus_reflector_group_lag_entries",
+            "entries of the resource's shard streams a consumer group has not acknowledged "
+            "(undelivered + pending), summed over the shards; set by the leader every retention "
+            "pass, so it is there when the group's own processors are stopped (autoscaling)",
+            "group",
+        )
         self.leader = gauge(
             "informer_bus_reflector_leader", "1 while this replica leads the resource"
         )

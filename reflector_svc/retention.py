@@ -31,6 +31,10 @@ not even been delivered. The caller logs and counts it
 (:class:`RetentionLoop` does); those consumers resync from the known state in ``objects``.
 Memory stays bounded even when a consumer never comes back.
 
+The same ``XINFO GROUPS`` reply gives every group's lag on the shard (``TrimResult.group_lags``,
+read before the trim): the loop hands each complete pass's results to ``on_pass``, which the
+reflector sums into its per-group lag gauge (:mod:`reflector_svc.group_lag`).
+
 Races are benign: a group that moves on between the reads and the trim only makes the trim
 conservative, and entries added meanwhile only add to what is kept. A group created (or moved
 with ``XGROUP SETID``) at an old ID during a trim may find those entries gone, as if it had been
@@ -42,13 +46,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import redis
 from redis.exceptions import ResponseError
 
 from common.redis_layout import ShardKeys
+from reflector_svc.group_lag import GroupLags, shard_group_lags
 
 __all__ = ["RetentionLoop", "TrimResult", "trim_shard"]
 
@@ -75,6 +80,9 @@ class TrimResult:
     """The consumer groups that lost entries they still needed (set iff ``forced``), sorted."""
     undelivered_groups: tuple[str, ...] = ()
     """Those of them that lost entries not yet delivered to them, sorted."""
+    group_lags: GroupLags = field(default_factory=dict)
+    """Every consumer group's entries not yet acknowledged on this shard, read before the trim
+    (:func:`reflector_svc.group_lag.shard_group_lags`)."""
 
 
 def trim_shard(
@@ -93,12 +101,13 @@ def trim_shard(
     length, groups = pipe.execute(raise_on_error=False)
     if isinstance(length, Exception):
         raise length
-    if length == 0:
-        return TrimResult(0, False, False, 0)
     if isinstance(groups, ResponseError) and "no such key" in str(groups).lower():
         groups = []  # the stream vanished between the two commands: nothing to protect
     elif isinstance(groups, Exception):
         raise groups
+    lags = shard_group_lags(groups, length)
+    if length == 0:
+        return TrimResult(0, False, False, 0, group_lags=lags)
     floors = _group_floors(client, stream, groups)
 
     trimmed = 0
@@ -114,8 +123,8 @@ def trim_shard(
         pipe.xlen(stream)
         trimmed, length = pipe.execute()
     if length <= hard_max_entries:
-        return TrimResult(trimmed, False, False, length)
-    return _force(client, stream, floors, hard_max_entries, trimmed)
+        return TrimResult(trimmed, False, False, length, group_lags=lags)
+    return replace(_force(client, stream, floors, hard_max_entries, trimmed), group_lags=lags)
 
 
 def _force(
@@ -217,7 +226,9 @@ class RetentionLoop(threading.Thread):
     is the way out (it joins). A Redis error on one shard is logged and counted, and the loop
     goes on: retention is housekeeping and must neither die silently nor take the reflector
     down. Forced trims are logged as warnings and counted; ``on_result`` (called on this
-    thread) lets the caller feed its metrics.
+    thread after each shard) lets the caller feed its metrics, and ``on_pass`` (after each pass
+    that reached every shard, with their results in shard order, ``None`` for a shard whose
+    trim failed) its per-group lag.
 
     Defaults: ``min_entries`` 1,000 newest entries always kept per shard (for readers that
     replay without a consumer group); ``hard_max_entries`` 100,000, the per-shard cap no group
@@ -237,6 +248,7 @@ class RetentionLoop(threading.Thread):
         min_entries: int = 1_000,
         hard_max_entries: int = 100_000,
         on_result: Callable[[ShardKeys, TrimResult], None] | None = None,
+        on_pass: Callable[[Sequence[TrimResult | None]], None] | None = None,
     ) -> None:
         super().__init__(name=f"retention-{resource}", daemon=True)
         _check_bounds(min_entries, hard_max_entries)
@@ -248,6 +260,7 @@ class RetentionLoop(threading.Thread):
         self.min_entries = min_entries
         self.hard_max_entries = hard_max_entries
         self._on_result = on_result
+        self._on_pass = on_pass
         self._stopping = threading.Event()
         self.rounds = 0
         """Completed passes over all shards."""
@@ -282,6 +295,11 @@ class RetentionLoop(threading.Thread):
             self._count(keys, result)
             results.append(result)
         self.rounds += 1
+        if self._on_pass is not None and len(results) == len(self.shards):
+            try:
+                self._on_pass(results)
+            except Exception:
+                log.exception("retention: on_pass callback failed for %s", self.name)
         return results
 
     def _count(self, keys: ShardKeys, result: TrimResult) -> None:

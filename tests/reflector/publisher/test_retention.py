@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -111,7 +112,7 @@ def test_a_dead_group_is_overridden_by_the_hard_cap(redis_client: redis.Redis) -
     ids = fill(redis_client, 300)
     redis_client.xgroup_create(KEYS.stream, "dead", id="0")  # never reads
     result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
-    assert result == TrimResult(200, True, True, 100, ("dead",), ("dead",))
+    assert result == TrimResult(200, True, True, 100, ("dead",), ("dead",), {"dead": 300})
     assert stream_ids(redis_client) == ids[-100:]
     # The group silently skips to the oldest entry left: hence the report, and a resync.
     read = redis_client.xreadgroup("dead", "c", {KEYS.stream: ">"}, count=1)
@@ -128,8 +129,9 @@ def test_the_hard_cap_names_only_the_groups_that_lost_entries(redis_client: redi
     # "stuck" acknowledged entries up to 150, so losing 0..199 costs it 50 undelivered ones.
     result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
     assert result == TrimResult(
-        200, True, True, 100, ("never-read", "stuck"), ("never-read", "stuck")
-    )
+        200, True, True, 100, ("never-read", "stuck"), ("never-read", "stuck"),
+        {"audit": 0, "stuck": 150, "never-read": 300},
+    )  # fmt: skip
     assert stream_ids(redis_client) == ids[-100:]
 
 
@@ -138,7 +140,7 @@ def test_a_hard_cap_that_only_loses_pending_entries(redis_client: redis.Redis) -
     redis_client.xgroup_create(KEYS.stream, "slow", id="0")
     redis_client.xreadgroup("slow", "c", {KEYS.stream: ">"}, count=300)  # never acknowledged
     result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=100)
-    assert result == TrimResult(200, True, False, 100, ("slow",), ())
+    assert result == TrimResult(200, True, False, 100, ("slow",), (), {"slow": 300})
 
 
 def test_the_hard_cap_cleaning_up_approximate_slack_is_not_forced(
@@ -147,7 +149,7 @@ def test_the_hard_cap_cleaning_up_approximate_slack_is_not_forced(
     ids = fill(redis_client, 101)
     redis_client.xgroup_create(KEYS.stream, "processors", id="$")
     result = trim_shard(redis_client, KEYS, min_entries=50, hard_max_entries=50)
-    assert result == TrimResult(51, False, False, 50)
+    assert result == TrimResult(51, False, False, 50, group_lags={"processors": 0})
     assert stream_ids(redis_client) == ids[-50:]
 
 
@@ -157,6 +159,31 @@ def test_a_missing_or_empty_stream(redis_client: redis.Redis) -> None:
     )
     redis_client.xgroup_create(KEYS.stream, "g", id="$", mkstream=True)
     assert trim_shard(redis_client, KEYS, min_entries=1, hard_max_entries=5).length == 0
+
+
+def test_each_groups_lag_is_its_undelivered_plus_its_pending_entries(
+    redis_client: redis.Redis,
+) -> None:
+    ids = fill(redis_client, 200)
+    redis_client.xgroup_create(KEYS.stream, "busy", id="0")
+    redis_client.xreadgroup("busy", "c", {KEYS.stream: ">"}, count=150)
+    redis_client.xack(KEYS.stream, "busy", *ids[:100])  # 50 in flight, 50 undelivered
+    redis_client.xgroup_create(KEYS.stream, "idle", id="$")
+    redis_client.xgroup_create(KEYS.stream, "stopped", id="0")
+    result = trim_shard(redis_client, KEYS, min_entries=10, hard_max_entries=1000)
+    assert result.group_lags == {"busy": 100, "idle": 0, "stopped": 200}
+    assert result.trimmed == 0  # "stopped" holds everything: the lag was read before the trim
+
+
+def test_a_lag_redis_cannot_tell_counts_the_whole_stream(redis_client: redis.Redis) -> None:
+    ids = fill(redis_client, 50)
+    redis_client.xgroup_create(KEYS.stream, "g", id="0")
+    redis_client.xreadgroup("g", "c", {KEYS.stream: ">"}, count=10)
+    redis_client.xdel(KEYS.stream, ids[30])  # a hole after its position: Redis says lag nil
+    (info,) = redis_client.xinfo_groups(KEYS.stream)
+    assert info["lag"] is None
+    result = trim_shard(redis_client, KEYS, min_entries=100, hard_max_entries=1000)
+    assert result.group_lags == {"g": 49}  # the upper bound, never "caught up"
 
 
 def test_bounds_are_validated(redis_client: redis.Redis) -> None:
@@ -177,6 +204,7 @@ def test_retention_loop_trims_every_shard_counts_and_stops_cleanly(
     redis_client.xgroup_create(shards[2].stream, "dead", id="0")
     redis_client.set(ShardKeys("ib", "pods", 3).stream, "not a stream")  # shard 3 is broken
     seen: list[tuple[int, TrimResult]] = []
+    passes: list[Sequence[TrimResult | None]] = []
     round_done = threading.Event()
 
     def on_result(keys: ShardKeys, result: TrimResult) -> None:
@@ -193,6 +221,7 @@ def test_retention_loop_trims_every_shard_counts_and_stops_cleanly(
         min_entries=20,
         hard_max_entries=50,
         on_result=on_result,
+        on_pass=passes.append,
     )
     with caplog.at_level(logging.WARNING, logger="reflector_svc.retention"):
         loop.start()
@@ -206,8 +235,10 @@ def test_retention_loop_trims_every_shard_counts_and_stops_cleanly(
     assert not loop.is_alive()
     assert [shard for shard, _ in seen] == [0, 1, 2]
     assert all(result.length <= 20 + SLACK for _, result in seen[:2])
-    assert seen[2][1] == TrimResult(70, True, True, 50, ("dead",), ("dead",))
+    assert seen[2][1] == TrimResult(70, True, True, 50, ("dead",), ("dead",), {"dead": 120})
     assert (loop.forced_trims, loop.undelivered_trims, loop.errors) == (1, 1, 1)
+    # Every shard's result in shard order, the broken one's as None (no partial sum passes).
+    assert passes[0] == [result for _, result in seen] + [None]
     assert loop.trimmed_entries == sum(result.trimmed for _, result in seen)
     assert any(
         "hard cap 50 forced a trim of ib:{pods:2}:deltas: consumer group(s) dead lost" in m
