@@ -73,9 +73,8 @@ log = logging.getLogger(__name__)
 
 _RANGE_CHUNK: Final = 1000
 _INITIAL_LIST_CHUNK: Final = 64
-"""Initial-list notifications handed to the dispatcher at once during a takeover."""
-_HELD_RUN: Final = 1000
-"""Initial-list keys recorded in the held set at once, before they are handed."""
+"""Initial-list notifications handed to the dispatcher at once during a takeover (each chunk
+recorded in the held set first)."""
 
 
 class InitialListSink(Protocol):
@@ -397,26 +396,26 @@ def _deliver_initial_list(
     sink: InitialListSink,
     cancel: threading.Event,
 ) -> bool:
-    """``on_add(obj, True)`` for the objects of ``keys``, each run of them recorded in the
+    """``on_add(obj, True)`` for the objects of ``keys``, each chunk of them recorded in the
     held set before it is handed to the handlers (:mod:`processor_svc.held_keys`); ``False``
     when ``cancel`` was set on the way.
 
-    Read back from the store a run at a time, so a compact store never has every object
-    decoded at once: the handler buffers bound what is."""
-    for start in range(0, len(keys), _HELD_RUN):
+    Read back from the store a chunk at a time, so a compact store never has every object
+    decoded at once: the handler buffers bound what is (runs of 1,000 decoded at once left a
+    metadata-projected compact cache's process 1.2 KB per pod bigger after its takeover:
+    ``bench/group_views.py``)."""
+    for start in range(0, len(keys), _INITIAL_LIST_CHUNK):
         listed = [
             (key, obj)
-            for key in keys[start : start + _HELD_RUN]
+            for key in keys[start : start + _INITIAL_LIST_CHUNK]
             if (obj := store.get_by_key(key)) is not None
         ]
         fence.change_held(reckoning.handing(listed))
-        for first in range(0, len(listed), _INITIAL_LIST_CHUNK):
-            chunk: list[tuple[Notification, AckToken | None]] = [
-                (AddNotification(obj, True), None)
-                for _, obj in listed[first : first + _INITIAL_LIST_CHUNK]
-            ]
-            if not sink.deliver_all(chunk, cancel=cancel):
-                return False
+        chunk: list[tuple[Notification, AckToken | None]] = [
+            (AddNotification(obj, True), None) for _, obj in listed
+        ]
+        if not sink.deliver_all(chunk, cancel=cancel):
+            return False
     return True
 
 
