@@ -3,7 +3,7 @@
 Flags come from :class:`~processor_svc.settings.ProcessorSettings`; a user mistake (a bad flag
 value, a handler reference that cannot be loaded) ends with one line on stderr and exit status
 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C drain the handlers, acknowledge and hand the shards
-over at once (exit 0).
+over at once (exit 0); a second signal ends it at once (``common.signalled_stop``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         HELP + " Until a reflector has completed a list of --resource under --prefix, a "
         "processor waits for it (it may start first): /readyz answers 503 with the reason, one "
-        "warning says what it waits for, and no shard is taken. Every flag can also be set "
-        "with the INFORMER_BUS_<NAME> environment variable shown in its help; flags win over "
-        "the environment."
+        "warning says what it waits for, and no shard is taken. SIGTERM, Ctrl-C and SIGHUP "
+        "stop it cleanly (exit 0) within the bound it logs (--shutdown-grace + 5 s); a second "
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
+        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
+        "win over the environment."
     )
     add_flags(parser, ProcessorSettings, ENV_PREFIX)
 

@@ -29,9 +29,10 @@ import redis
 from common.publication import Publication, ResourceLayout, read_publication
 from common.redis_config import redacted_url
 from common.redis_layout import CHECKPOINT_SYNCED_RV, GroupShardKeys, ShardKeys
+from common.sharding import shard_ranges
 from processor_svc.fenced_stream import as_text
 
-__all__ = ["PublicationGate", "ranges"]
+__all__ = ["PublicationGate"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class PublicationGate:
         missing = publication.unlisted_shards
         return (
             f"waiting for a reflector to list every shard of {where}: shards "
-            f"{ranges(missing)} of {publication.shard_count} have no completed list (is the "
+            f"{shard_ranges(missing)} of {publication.shard_count} have no completed list (is the "
             f"reflector's --shard-count {publication.shard_count}, like this processor's?)"
         )
 
@@ -207,7 +208,7 @@ class PublicationGate:
     def _subscriber_reason(self, resource: str, shards: Sequence[int]) -> str:
         return (
             f"group {self._group!r} of {self._where(resource)} is a durable subscriber's "
-            f"(subscribe --group {self._group}) on shards {ranges(shards)}: not taking them "
+            f"(subscribe --group {self._group}) on shards {shard_ranges(shards)}: not taking them "
             "over, which would steal its entries; give this processor another --group (or "
             f"remove the subscriber's group: informer-bus groups delete {resource} "
             f"{self._group})"
@@ -243,14 +244,3 @@ class PublicationGate:
         """``Type: message [Redis URL]`` on one line, password masked, for a retry's log."""
         message = " ".join(str(exc).split())
         return f"{type(exc).__name__}: {message} [Redis {self._redis_url}]"
-
-
-def ranges(shards: Sequence[int]) -> str:
-    """``0-3,7``: a shard list short enough for one log line."""
-    runs: list[list[int]] = []
-    for shard in sorted(shards):
-        if runs and runs[-1][-1] == shard - 1:
-            runs[-1].append(shard)
-        else:
-            runs.append([shard])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -23,10 +23,12 @@ lister finds a key's shard and whether objects can move between shards (a
 :class:`~processor_svc.move_gate.MoveGate` per such resource).
 
 Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
-running finish within the grace period, acknowledge what completed, release every lease at once
-(the other processors take over without waiting for expiry), leave the membership, and join
-every thread. Notifications no handler has started are not drained: their entries stay
-unacknowledged and the next owner delivers them, so old and new owners never overlap.
+running finish within the grace period (one ``--shutdown-grace`` for the whole stop, not one
+per step), acknowledge what completed, release every lease at once (the other processors take
+over without waiting for expiry), leave the membership, and join every thread. Notifications no
+handler has started are not drained: their entries stay unacknowledged and the next owner
+delivers them, so old and new owners never overlap. The stop takes at most
+:attr:`~ProcessorService.stop_timeout` (``common.service_runner`` ends the process past it).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from common.publication import ResourceLayout
 from common.redis_layout import GroupShardKeys, ShardKeys
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
+from common.sharding import shard_ranges
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.expectations import RedisExpectationStore
 from processor_svc.handlers import (
@@ -80,6 +83,9 @@ __all__ = ["ProcessorService"]
 log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
+_STOP_MARGIN = 5.0
+"""Seconds a stop may take beyond ``--shutdown-grace``: its Redis calls (final
+acknowledgements, lease releases, leaving the members) and joining the threads."""
 
 
 class ProcessorService:
@@ -124,7 +130,9 @@ class ProcessorService:
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
         self._workers_lock = threading.Lock()
+        self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
+        self._stop_deadline = 0.0  # monotonic: when the handlers' grace ends (once stopping)
         self._supervisor = threading.Thread(
             target=self._supervise, name=f"processor-supervisor[{self.resource}]"
         )
@@ -309,6 +317,7 @@ class ProcessorService:
         """Stop reading, finish running calls, acknowledge, release leases, join threads."""
         if self._stopping.is_set():
             return
+        self._stop_deadline = time.monotonic() + self.settings.shutdown_grace
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
@@ -322,18 +331,45 @@ class ProcessorService:
             self._leave_membership()
         for reader in self._replicas:
             reader.stop()
-        grace = self.settings.shutdown_grace
-        deadline = time.monotonic() + grace
         for resource, dispatcher in self.dispatchers.items():
-            left = dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            left = dispatcher.stop(self._grace_left())
             if any(left.values()):
                 log.warning("%s: handlers did not finish within the grace period: %s",
                             resource, left)  # fmt: skip
-        stop_handlers(self._handler_objects, grace)
+        stop_handlers(self._handler_objects, self._grace_left())
         if self._server is not None:
             self._server.stop()
         self._close_clients()
         log.info("processor %s stopped", self.member_id)
+
+    def _grace_left(self) -> float:
+        """What a wait on handler code may take: ``--shutdown-grace`` for a hand-over while
+        running, what is left of it once stopping (one grace period for the whole stop)."""
+        if not self._stopping.is_set():
+            return self.settings.shutdown_grace
+        return max(0.0, self._stop_deadline - time.monotonic())
+
+    @property
+    def stop_timeout(self) -> float:
+        """The most :meth:`stop` takes: the grace period, then Redis calls and joins."""
+        return self.settings.shutdown_grace + _STOP_MARGIN
+
+    def unfinished_stop(self) -> str:
+        """What ending the process now would leave undone (``""``: nothing): the shards not
+        handed back yet and the handler calls still running."""
+        with self._workers_lock:
+            shards = sorted(self._unreleased)
+        calls = sum(dispatcher.running_calls() for dispatcher in self.dispatchers.values())
+        parts = []
+        if shards:
+            parts.append(
+                f"{len(shards)} shards' acknowledgements and leases (shards "
+                f"{shard_ranges(shards)}: the next owner delivers their unacknowledged entries "
+                f"once the leases expire, within {self.settings.lease.lease_duration:g} s)"
+            )
+        if calls:
+            parts.append(f"{calls} running handler call{'s' if calls > 1 else ''}")
+        return " and ".join(parts)
 
     def _close_clients(self) -> None:
         self.redis.close()
@@ -451,6 +487,7 @@ class ProcessorService:
         with self._workers_lock:
             self._units[shard] = workers
             self._unit_epochs[shard] = epoch
+            self._unreleased.add(shard)
         # The stores are attached and no event is delivered yet: a controller loads what the
         # previous owner expected of the cache. A failure here fails the acquisition (the
         # ownership loop stops the workers it never started and releases the leases).
@@ -473,14 +510,14 @@ class ProcessorService:
             units = [self._units[shard] for shard in shards if shard in self._units]
         for workers in units:
             for worker in workers.values():
-                worker.begin_stop(grace=self.settings.shutdown_grace)
+                worker.begin_stop(grace=self._grace_left())
         for handler in self._shard_aware:
             handler.shards_leaving(list(shards))
 
     def _lost(self, shard: int) -> None:
         """On the ownership thread, before the leases are released: stop applying shard
         ``shard`` of every co-sharded resource, and wait for the per-key work on its keys."""
-        grace = self.settings.shutdown_grace
+        grace = self._grace_left()
         with self._workers_lock:
             workers = self._units.pop(shard, {})
             self._unit_epochs.pop(shard, None)
@@ -494,17 +531,20 @@ class ProcessorService:
             worker.join()
             self.metrics.forget_shard(resource, shard)
         for handler in self._shard_aware:
-            if not handler.wait_shards_idle([shard], grace):
+            if not handler.wait_shards_idle([shard], self._grace_left()):
                 log.warning("%s: work on keys of shard %d outlived the %.1f s grace period",
                             type(handler).__name__, shard, grace)  # fmt: skip
         with self._workers_lock:
             owned = len(self._units)
+            self._unreleased.discard(shard)
         for resource in self.plan.co_sharded:
             if workers:
                 self.metrics.rebalances.labels(resource=resource, group=self.group).inc()
             self.metrics.owned_shards.labels(resource=resource, group=self.group).set(owned)
             self.listers[resource].detach(shard)
-        log.info("%s: gave up shard %d", self.plan, shard)
+        # A stop gives every shard up: the ownership loop says so in one line.
+        level = logging.DEBUG if self._stopping.is_set() else logging.INFO
+        log.log(level, "%s: gave up shard %d", self.plan, shard)
 
     def _key_synced(self, resource: str, key: str) -> bool:
         """Whether the caches that hold ``resource``'s object ``key`` (a controller's primary)

@@ -2,7 +2,8 @@
 
 Flags come from :class:`~reflector_svc.settings.ReflectorSettings`; a user mistake (a bad
 flag value, an unknown resource, an unreadable kubeconfig) ends with one line on stderr and
-exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (exit 0).
+exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (exit 0); a second
+signal ends it at once (``common.signalled_stop``).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ HELP = (
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Every flag can also be set with the INFORMER_BUS_<NAME> environment variable "
-        "shown in its help; flags win over the environment."
+        HELP + " SIGTERM, Ctrl-C and SIGHUP stop it cleanly (exit 0) within 10 s; a second "
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
+        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
+        "win over the environment."
     )
     add_flags(parser, ReflectorSettings, ENV_PREFIX)
 

@@ -40,6 +40,10 @@ __all__ = ["ReflectorService", "reflector_options"]
 
 log = logging.getLogger(__name__)
 
+_STOP_TIMEOUT = 10.0
+"""The most a stop takes: the batch in flight and the lease releases, a few Redis calls each
+bounded by its client's timeouts, and the joins."""
+
 
 @dataclass
 class _ResourceRunner:
@@ -49,6 +53,8 @@ class _ResourceRunner:
     reflector: Reflector
     publisher: ShardPublisher
     elector: LeaderElector | None = None
+    stopped: bool = False
+    """Its elector was stopped: the batch in flight published, the leader lease released."""
 
 
 class ReflectorService:
@@ -77,6 +83,7 @@ class ReflectorService:
         self.holder = unique_holder(settings.identity)
         self._runners: list[_ResourceRunner] = []
         self._stopping = threading.Event()
+        self._leading_at_stop: list[_ResourceRunner] = []
         self._server: ObservabilityServer | None = None
         try:
             for text in settings.resource:
@@ -156,16 +163,36 @@ class ReflectorService:
         """Stop watching, finish the batch in flight, release leases, join every thread."""
         if self._stopping.is_set():
             return
+        self._leading_at_stop = [
+            r for r in self._runners if r.elector is not None and r.elector.is_leader
+        ]
         self._stopping.set()
         for runner in self._runners:
             runner.reflector.interrupt()
         for runner in self._runners:
             if runner.elector is not None:
                 runner.elector.stop()
+            runner.stopped = True
         if self._server is not None:
             self._server.stop()
         self._close_clients()
         log.info("reflector %s stopped", self.holder)
+
+    @property
+    def stop_timeout(self) -> float:
+        """The most :meth:`stop` takes (``common.service_runner`` ends the process past it)."""
+        return _STOP_TIMEOUT
+
+    def unfinished_stop(self) -> str:
+        """What ending the process now would leave undone (``""``: nothing)."""
+        leading = [r.reflector.resource for r in self._leading_at_stop if not r.stopped]
+        if not leading:
+            return ""
+        return (
+            f"the batch in flight and the leader lease of {', '.join(leading)} (a standby "
+            f"takes over once it expires, within {self.settings.lease.lease_duration:g} s, "
+            "and resumes from the checkpoints)"
+        )
 
     def _close_clients(self) -> None:
         self.redis.close()

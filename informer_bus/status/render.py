@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
+from common.sharding import shard_ranges as ranges
 from informer_bus.status.model import GroupStatus, ResourceStatus, StatusSnapshot
 
 __all__ = ["group_summary", "render_json", "render_resource", "render_table", "shard_ranges"]
@@ -51,19 +52,8 @@ def _columns(header: Sequence[str], rows: Iterable[Sequence[str]], indent: str =
 
 
 def shard_ranges(shards: Sequence[int]) -> str:
-    """``0-3,7,9-10``: short enough for a table cell."""
-    parts: list[str] = []
-    start = previous = None
-    for shard in sorted(shards):
-        if previous is not None and shard == previous + 1:
-            previous = shard
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = shard
-    if start is not None:
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-    return ",".join(parts) or "-"
+    """``0-3,7,9-10`` (``-`` for none): short enough for a table cell."""
+    return ranges(shards) or "-"
 
 
 def render_resource(resource: ResourceStatus) -> list[str]:

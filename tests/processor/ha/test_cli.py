@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from common.sharding import shard_ranges
 from informer_bus.apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
 from tests.processor.ha.conftest import (
@@ -178,6 +179,10 @@ def test_sigterm_exits_0_and_hands_the_shards_over_at_once(
     assert not [m for m in bus.members() if m.startswith("p1/")], "p1 did not leave"
     assert "Traceback" not in p1.log()
     assert "processor p1/" in p1.log() and "stopped" in p1.log()
+    # Issue 34: one line for the shards handed back, not a "lost shard" line per shard.
+    assert "SIGTERM: stopping (up to 15 s" in p1.log()
+    assert f"stopping: handed back shards {shard_ranges(kept)}" in p1.log()
+    assert "): stopping" not in p1.log()
 
     # p2 takes every shard over long before a 30 s lease could have expired.
     calls = wait_converged(bus, sim, [p2], tmp_path, timeout=15)
