@@ -47,7 +47,9 @@ from common.lease import unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import ResourceLayout
+from common.redis_config import redis_location
 from common.redis_layout import GroupShardKeys, ShardKeys
+from common.redis_reachability import RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from common.sharding import shard_ranges
@@ -137,6 +139,9 @@ class ProcessorService:
             target=self._supervise, name=f"processor-supervisor[{self.resource}]"
         )
         self._server: ObservabilityServer | None = None
+        self._redis_reachability = RedisReachability(
+            self.lease_redis, where=redis_location(settings.redis)
+        )
 
     def _plan(self, extra_handlers: Sequence[tuple[str, ResourceEventHandler]]) -> None:
         """Which resources to serve, from the flags and what the handler classes declare
@@ -293,6 +298,7 @@ class ProcessorService:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
+        self._redis_reachability.start()
         start_handlers(self._handler_objects)
         for dispatcher in self.dispatchers.values():
             dispatcher.start()
@@ -337,6 +343,7 @@ class ProcessorService:
                 log.warning("%s: handlers did not finish within the grace period: %s",
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
+        self._redis_reachability.stop()
         if self._server is not None:
             self._server.stop()
         self._close_clients()
@@ -627,7 +634,10 @@ class ProcessorService:
     def readyz(self) -> tuple[bool, str]:
         """Ready when every owned shard is synced; owning nothing (more processors than
         shards, or before the first assignment) is not ready, and neither is waiting for the
-        reflectors' first lists."""
+        reflectors' first lists, and neither is a processor that cannot reach Redis."""
+        unreachable = self._redis_reachability.why_unreachable
+        if unreachable:
+            return False, unreachable
         if not self.published:
             return False, self._gate.waiting_for
         owned = self.owned_shards()

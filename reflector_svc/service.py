@@ -22,7 +22,9 @@ from common.leader_election import LeaderElector
 from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.publication import ResourceLayout
+from common.redis_config import redis_location
 from common.redis_layout import ResourceKeys, ShardKeys
+from common.redis_reachability import RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from reflector_svc.lister_watcher import KubeSource
@@ -85,6 +87,9 @@ class ReflectorService:
         self._stopping = threading.Event()
         self._leading_at_stop: list[_ResourceRunner] = []
         self._server: ObservabilityServer | None = None
+        self._redis_reachability = RedisReachability(
+            self.lease_redis, where=redis_location(settings.redis)
+        )
         try:
             for text in settings.resource:
                 self._runners.append(self._build_runner(ResourceSpec.parse(text)))
@@ -135,6 +140,7 @@ class ReflectorService:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
+        self._redis_reachability.start()
         for runner in self._runners:
             keys = ResourceKeys(self.settings.prefix, runner.reflector.resource)
             lease = RedisLease(
@@ -173,6 +179,7 @@ class ReflectorService:
             if runner.elector is not None:
                 runner.elector.stop()
             runner.stopped = True
+        self._redis_reachability.stop()
         if self._server is not None:
             self._server.stop()
         self._close_clients()
@@ -274,7 +281,11 @@ class ReflectorService:
         return True, "ok"
 
     def readyz(self) -> tuple[bool, str]:
-        """Ready when every resource this replica leads is synced; a standby is ready."""
+        """Ready when Redis answers and every resource this replica leads is synced; a standby
+        is ready."""
+        unreachable = self._redis_reachability.why_unreachable
+        if unreachable:
+            return False, unreachable
         waiting = [
             r.reflector.resource
             for r in self._runners
