@@ -43,6 +43,7 @@ __all__ = [
     "fail",
     "name_failures_in_logs",
     "prepare_service",
+    "probe_address",
     "run_until_signalled",
 ]
 
@@ -164,6 +165,15 @@ def prepare_service(settings: ServiceSettings, url_flag: str | None) -> Redactin
     check_redis_access(settings.redis)
     name_failures_in_logs(redactor, {redis.RedisError: _redis_named(settings)})
     return redactor
+
+
+def probe_address(settings: ServiceSettings) -> str:
+    """Where a service serves its probes, with the flags that choose it: what
+    :func:`run_until_signalled` names when that address cannot be bound."""
+    return (
+        f"{settings.http_host}:{settings.http_port} (--http-host {settings.http_host}, "
+        f"--http-port {settings.http_port})"
+    )
 
 
 def _redis_named(settings: ServiceSettings) -> str:

@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 
 from common.plugins import PluginError
-from common.service_runner import command_main, fail, prepare_service, run_until_signalled
+from common.service_runner import (
+    command_main,
+    fail,
+    prepare_service,
+    probe_address,
+    run_until_signalled,
+)
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -45,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         service = ProcessorService(settings)
     except (SettingsError, PluginError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
-    return run_until_signalled(service, program=PROGRAM)
+    return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 
 
 main = command_main("python -m processor_svc", HELP, configure_parser, run)

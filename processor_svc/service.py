@@ -344,10 +344,12 @@ class ProcessorService:
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
         self._redis_reachability.stop()
+        started = self._server is not None  # never started (its port was taken): nothing to say
         if self._server is not None:
             self._server.stop()
         self._close_clients()
-        log.info("processor %s stopped", self.member_id)
+        if started:
+            log.info("processor %s stopped", self.member_id)
 
     def _grace_left(self) -> float:
         """What a wait on handler code may take: ``--shutdown-grace`` for a hand-over while

@@ -17,6 +17,7 @@ from common.service_runner import (
     fail,
     name_failures_in_logs,
     prepare_service,
+    probe_address,
     run_until_signalled,
 )
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except (SettingsError, PluginError, UnknownResourceError, KubeError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
-    return run_until_signalled(service, program=PROGRAM)
+    return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 
 
 main = command_main("python -m reflector_svc", HELP, configure_parser, run)

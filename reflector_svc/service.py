@@ -180,10 +180,12 @@ class ReflectorService:
                 runner.elector.stop()
             runner.stopped = True
         self._redis_reachability.stop()
+        started = self._server is not None  # never started (its port was taken): nothing to say
         if self._server is not None:
             self._server.stop()
         self._close_clients()
-        log.info("reflector %s stopped", self.holder)
+        if started:
+            log.info("reflector %s stopped", self.holder)
 
     @property
     def stop_timeout(self) -> float:

@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from informer_bus.apiserver_sim import Simulator
 from informer_bus.cli import main
+from tests.support.cli import one_line_error, run_command
+from tests.support.redis_server import RedisServer
+
+CONSOLE = [str(Path(sys.executable).with_name("informer-bus"))]
+EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
 
 
 def test_help_explains_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,3 +81,27 @@ def test_an_unknown_top_level_flag_shows_the_top_level_usage(
     err = capsys.readouterr().err
     assert err.startswith("usage: informer-bus [-h]")
     assert err.rstrip().endswith("informer-bus: error: unrecognized arguments: --nope")
+
+
+@pytest.mark.parametrize("service", ["processor", "reflector"])
+def test_a_taken_probe_port_is_one_line_naming_the_address_and_its_flags(
+    service: str, redis_server: RedisServer, sim: Simulator
+) -> None:
+    """Issue 34: it said ``cannot start: Address already in use``, naming neither."""
+    args = {
+        "processor": ["--resource", "pods", "--handler", EXAMPLE],
+        "reflector": ["--resource", "pods", "--kube-url", sim.url],
+    }[service]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_command(
+            [*CONSOLE, service], *args, "--redis-url", redis_server.url,
+            "--http-host", "127.0.0.1", "--http-port", str(port),
+        )  # fmt: skip
+    line = one_line_error(result, f"informer-bus {service}")
+    assert line.endswith(
+        f"cannot listen on 127.0.0.1:{port} (--http-host 127.0.0.1, --http-port {port}): "
+        "Address already in use"
+    ), line
