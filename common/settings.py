@@ -362,8 +362,10 @@ class ServiceSettings(BusSettings):
                   "reflector and every processor", "metavar": "N"},
     )  # fmt: skip
     http_host: str = dataclasses.field(
-        default="0.0.0.0", metadata={"help": "metrics/health bind address"}
-    )
+        default="127.0.0.1",
+        metadata={"help": "metrics/health bind address: loopback unless asked; 0.0.0.0 (or ::) "
+                  "for probes and a Prometheus on other hosts, as in a container"},
+    )  # fmt: skip
     http_port: int = dataclasses.field(
         default=8080, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
     )

@@ -101,6 +101,8 @@ def test_service_settings_are_shared_and_validated_once() -> None:
     assert issubclass(ReflectorSettings, ServiceSettings)
     assert issubclass(ProcessorSettings, ServiceSettings)
     assert ProcessorSettings().http_port != ReflectorSettings().http_port, "they can share a host"
+    # Issue 34: metrics and probes on loopback unless asked (containers ask for 0.0.0.0).
+    assert ProcessorSettings().http_host == ReflectorSettings().http_host == "127.0.0.1"
     for cls in (ReflectorSettings, ProcessorSettings):
         with pytest.raises(SettingsError, match="shard_count"):
             cls(shard_count=0)
