@@ -222,7 +222,7 @@ class Demo:
         return pids
 
     def _start_redis(self) -> _Redis:
-        url = self.settings.redis_url or os.environ.get("REDIS_URL") or None
+        url = self.settings.redis_url or None  # the flag, else the env (common.settings' rule)
         if url is None:
             server = RedisServer(self.log_dir / "redis", die_with_parent=True)
             try:

@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 from informer_bus.apiserver_sim import Simulator
 from informer_bus.cli import main
 from tests.support.cli import one_line_error, run_command
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 CONSOLE = [str(Path(sys.executable).with_name("informer-bus"))]
 EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
@@ -105,3 +106,44 @@ def test_a_taken_probe_port_is_one_line_naming_the_address_and_its_flags(
         f"cannot listen on 127.0.0.1:{port} (--http-host 127.0.0.1, --http-port {port}): "
         "Address already in use"
     ), line
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [(["status"], 1), (["groups", "list"], 1), (["subscribe", "pods"], 2)],
+    ids=["status", "groups", "subscribe"],
+)
+def test_every_command_finds_redis_by_one_rule(
+    command: list[str], status: int, redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    """Issue 34: ``status`` ignored ``$REDIS_URL`` (the demo honours it) and silently read
+    127.0.0.1:6379. The rule, for every command: --redis-url, else INFORMER_BUS_REDIS_URL,
+    else REDIS_URL, else the default. The Redis here is empty: each says where it looked."""
+    elsewhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    for env, flags in [
+        ({"REDIS_URL": redis_server.url}, []),
+        ({"REDIS_URL": elsewhere, "INFORMER_BUS_REDIS_URL": redis_server.url}, []),
+        ({"REDIS_URL": elsewhere}, ["--redis-url", redis_server.url]),
+    ]:
+        result = run_command([*CONSOLE, *command], *flags, env=env)
+        assert result.returncode == status, result.stderr
+        assert f"in {redis_server.url}" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "variable"),
+    [
+        (["processor"], "INFORMER_BUS_REDIS_URL"),
+        (["reflector"], "INFORMER_BUS_REDIS_URL"),
+        (["status"], "INFORMER_BUS_REDIS_URL"),
+        (["groups", "list"], "INFORMER_BUS_REDIS_URL"),
+        (["groups", "delete"], "INFORMER_BUS_REDIS_URL"),
+        (["subscribe"], "INFORMER_BUS_REDIS_URL"),
+        (["demo"], "INFORMER_BUS_DEMO_REDIS_URL"),
+    ],
+)
+def test_every_command_states_the_rule_in_its_help(command: list[str], variable: str) -> None:
+    result = run_command([*CONSOLE, *command], "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert f"env {variable}, else REDIS_URL)" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -10,9 +11,11 @@ import pytest
 
 from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
 from common.settings import (
+    ENV_PREFIX,
     Durability,
     LeaseTiming,
     RedisConnection,
+    ServiceSettings,
     SettingsError,
     add_flags,
     grouped,
@@ -278,3 +281,16 @@ def test_the_deprecated_compact_cache_switch_keeps_its_meaning(
 def test_the_deprecated_switch_cannot_contradict_cache() -> None:
     with pytest.raises(SettingsError, match="--cache plain contradicts the deprecated"):
         settings_of(ProcessorSettings, cache="plain", compact_cache=True)
+
+
+def test_the_redis_url_falls_back_on_redis_url_after_the_commands_own_variable() -> None:
+    """Issue 34: one rule for every command: the flag, the command's variable, $REDIS_URL."""
+    load = functools.partial(load_settings, ServiceSettings, ENV_PREFIX)
+    assert load(environ={}).redis.url == "redis://127.0.0.1:6379/0"
+    assert load(environ={"REDIS_URL": "redis://a:1/0"}).redis.url == "redis://a:1/0"
+    both = {"REDIS_URL": "redis://a:1/0", "INFORMER_BUS_REDIS_URL": "redis://b:2/0"}
+    assert load(environ=both).redis.url == "redis://b:2/0"
+    empty = {"REDIS_URL": "redis://a:1/0", "INFORMER_BUS_REDIS_URL": ""}
+    assert load(environ=empty).redis.url == "redis://a:1/0"
+    assert load(environ=both, redis_url="redis://c:3/0").redis.url == "redis://c:3/0"
+    assert settings_of(ServiceSettings).redis.url == "redis://127.0.0.1:6379/0"  # no env at all
