@@ -56,14 +56,26 @@ def shard_ranges(shards: Sequence[int]) -> str:
     return ranges(shards) or "-"
 
 
+def _never_published(resource: ResourceStatus) -> str:
+    """Why no reflector counts: none ever came, or the first list was cut short (its deltas
+    are on the streams, the shards stay marked relisting, and no reflector leads)."""
+    if not any(shard.relisting for shard in resource.shards):
+        return f"no reflector has ever published {resource.resource}"
+    deltas = sum(
+        shard.stream_length if shard.entries_added is None else shard.entries_added
+        for shard in resource.shards
+    )
+    return f"list interrupted at {deltas} deltas; no reflector leads"
+
+
 def render_resource(resource: ResourceStatus) -> list[str]:
     """The table lines of one resource (also the body of the demo's live view): the
     reflector's facts and shards, then one block per consumer group."""
     if not resource.has_reflector:
         return [
             f"resource {resource.resource}  (no reflector)",
-            f"  reflector leader  none: no reflector has ever published {resource.resource}: "
-            "nothing will arrive until one runs with this --resource, --redis-url and --prefix",
+            f"  reflector leader  none: {_never_published(resource)}: nothing more will arrive "
+            "until one runs with this --resource, --redis-url and --prefix",
             "",
             *_group_blocks(resource),
         ]
