@@ -36,7 +36,12 @@ import redis
 
 from common.deltas import DeltaType
 from common.keys import Obj
-from common.publication import ResourceLayout, read_publication
+from common.publication import (
+    ResourceLayout,
+    hint_published,
+    published_alternatives,
+    read_publication,
+)
 from common.redis_config import SentinelTarget, is_cluster, redacted_url, redis_client
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
 from common.resource_ids import resource_id_from
@@ -487,10 +492,13 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             if shard_count
             else f"looked for {looked_for} and its :checkpoint keys"
         )
+        hint = hint_published(
+            published_alternatives(self._client, prefix=self.prefix, resource=self.resource)
+        )
         return (
             f"no reflector has published resource {self.resource!r} under prefix "
-            f"{self.prefix!r} in {self._where} ({found}): is one running with this --resource, "
-            "--redis-url and --prefix?"
+            f"{self.prefix!r} in {self._where} ({found}){hint}: is one running with this "
+            "--resource, --redis-url and --prefix?"
         )
 
     def _start_positions(self, start: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
+from common.resource_ids import ResourceSpec, check_resource_id, likely_meant, resource_id_from
 from common.settings import (
     ENV_PREFIX,
     Durability,
@@ -294,3 +294,20 @@ def test_the_redis_url_falls_back_on_redis_url_after_the_commands_own_variable()
     assert load(environ=empty).redis.url == "redis://a:1/0"
     assert load(environ=both, redis_url="redis://c:3/0").redis.url == "redis://c:3/0"
     assert settings_of(ServiceSettings).redis.url == "redis://127.0.0.1:6379/0"  # no env at all
+
+
+@pytest.mark.parametrize(
+    ("wanted", "known", "meant"),
+    [
+        ("widgets", ["pods", "widgets.example.com"], ["widgets.example.com"]),
+        ("pod", ["pods", "configmaps"], ["pods"]),
+        ("podz", ["pods", "configmaps"], ["pods"]),
+        ("widget.example.com", ["widgets.example.com"], ["widgets.example.com"]),
+        ("pods", ["pods@shop", "pods"], ["pods@shop"]),
+        ("secrets", ["pods", "configmaps"], []),
+    ],
+)
+def test_the_one_rule_for_what_a_missing_resource_is_likely_a_slip_of(
+    wanted: str, known: list[str], meant: list[str]
+) -> None:
+    assert likely_meant(wanted, known) == meant
