@@ -95,6 +95,9 @@ class SignalledStop:
         self._interrupt = interrupt
         self._disarmed = threading.Event()
         self._previous: dict[int, _Handler] = {}
+        self.finishing = _Finishing(self)
+        """``with stop.finishing:`` a step the first signal must not cut in two (a line being
+        printed): its ``interrupt`` is raised when the step is done."""
 
     @property
     def signal_name(self) -> str:
@@ -137,7 +140,12 @@ class SignalledStop:
         threading.Thread(
             target=self._end_when_late, args=(bound,), name="stop-deadline", daemon=True
         ).start()
-        if self._interrupt is not None:
+        if self._interrupt is not None and not self.finishing.active:
+            raise self._interrupt
+
+    def interrupt_now(self) -> None:
+        """Raise ``interrupt`` if the first signal came (and one is given)."""
+        if self._interrupt is not None and self.requested.is_set():
             raise self._interrupt
 
     def _end_when_late(self, bound: float) -> None:
@@ -166,3 +174,21 @@ class SignalledStop:
             log.log(level, "%s", text)
         else:
             print(f"{self.program}: {text}", file=sys.stderr, flush=True)
+
+
+class _Finishing:
+    """:attr:`SignalledStop.finishing`: a plain class, entered once per printed line."""
+
+    __slots__ = ("_stop", "active")
+
+    def __init__(self, stop: SignalledStop) -> None:
+        self._stop = stop
+        self.active = False
+
+    def __enter__(self) -> None:
+        self.active = True
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        self.active = False
+        if kind is None:
+            self._stop.interrupt_now()

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
@@ -48,6 +49,7 @@ from informer_bus.cloudevents_sink import (
     SinkStopped,
     check_sink_url,
 )
+from informer_bus.initial_list_progress import InitialListProgress
 from informer_bus.subcommand import Subcommand
 from informer_bus.subscribe import (
     FROM_BEGINNING,
@@ -381,19 +383,31 @@ def _table_line(delta: SubscribedDelta) -> str:
     )
 
 
-def _print_deltas(deltas: Iterator[SubscribedDelta], output: str, mapper: EventMapper) -> None:
+def _print_deltas(
+    deltas: Iterator[SubscribedDelta],
+    output: str,
+    mapper: EventMapper,
+    progress: InitialListProgress,
+    whole_line: AbstractContextManager[None],
+) -> None:
+    """Print each delta as one line, flushed; a stop signal never cuts a line in two
+    (``whole_line``: it comes into effect once the line is written)."""
     out = sys.stdout.buffer
-    if output == "table":
-        out.write(_TABLE_HEADER.encode() + b"\n")
-        out.flush()
-        for delta in deltas:
-            out.write(_table_line(delta).encode() + b"\n")
+    table = output == "table"
+    if table:
+        with whole_line:
+            out.write(_TABLE_HEADER.encode() + b"\n")
             out.flush()
-        return
     for delta in deltas:
-        line = mapper.structured(delta) if output == "cloudevents" else delta.as_json_dict()
-        out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
-        out.flush()
+        with whole_line:
+            if table:
+                out.write(_table_line(delta).encode() + b"\n")
+            else:
+                line = mapper.structured(delta) if output == "cloudevents" else delta.as_json_dict()
+                out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+            out.flush()
+        if not progress.done:
+            progress.tick()
 
 
 class _Interrupted(BaseException):
@@ -458,6 +472,7 @@ def _subscribe_and_print(args: argparse.Namespace, signals: SignalledStop) -> in
             options=options,
             stop=reader_gone,
             reader_gone=reader_gone,
+            signals=signals,
         )
     if args.group is None:
         _say(
@@ -472,6 +487,7 @@ def _subscribe_and_print(args: argparse.Namespace, signals: SignalledStop) -> in
         options=options,
         stop=signals.requested,
         reader_gone=reader_gone,
+        signals=signals,
     )
 
 
@@ -483,6 +499,7 @@ def _subscribe_and(
     options: _Options,
     stop: StopSignal,
     reader_gone: _ReaderGone,
+    signals: SignalledStop,
 ) -> int:
     """Subscribe, then print the deltas or send them to the sink; the exit status."""
     try:
@@ -516,7 +533,8 @@ def _subscribe_and(
     try:
         with subscription:
             deltas = itertools.islice(subscription, options.count)
-            _print_deltas(deltas, options.output, mapper)
+            progress = InitialListProgress(subscription, _say)
+            _print_deltas(deltas, options.output, mapper, progress, signals.finishing)
     except BrokenPipeError:
         _silence_stdout()
         return 0
