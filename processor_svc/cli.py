@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
         prepare_service(settings, args.redis_url)
         service = ProcessorService(settings)
-    except (SettingsError, PluginError, ValueError) as exc:
+    except PluginError as exc:  # a handler that cannot load: the user's traceback follows
+        return fail(PROGRAM, str(exc), exc.user_traceback)
+    except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
     return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 

@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
             redactor,
             {KubeError: f"Kubernetes API {redacted_url(service.api_client.configuration.host)}"},
         )
-    except (SettingsError, PluginError, UnknownResourceError, KubeError, ValueError) as exc:
+    except PluginError as exc:  # a --transform that cannot load: the user's traceback follows
+        return fail(PROGRAM, str(exc), exc.user_traceback)
+    except (SettingsError, UnknownResourceError, KubeError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
     return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 
