@@ -22,13 +22,12 @@ recorded of their resources (:class:`~common.publication.ResourceLayout`) then s
 lister finds a key's shard and whether objects can move between shards (a
 :class:`~processor_svc.move_gate.MoveGate` per such resource).
 
-Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
-running finish within the grace period (one ``--shutdown-grace`` for the whole stop, not one
-per step), acknowledge what completed, release every lease at once (the other processors take
-over without waiting for expiry), leave the membership, and join every thread. Notifications no
+Shutdown (SIGTERM, :meth:`ProcessorService.stop`, at most :attr:`~ProcessorService.stop_timeout`):
+stop reading, let the handler calls already running finish within one ``--shutdown-grace`` for
+the whole stop, acknowledge what completed, release every lease at once (the others take over
+without waiting for expiry), leave the membership, and join every thread. Notifications no
 handler has started are not drained: their entries stay unacknowledged and the next owner
-delivers them, so old and new owners never overlap. The stop takes at most
-:attr:`~ProcessorService.stop_timeout` (``common.service_runner`` ends the process past it).
+delivers them, so old and new owners never overlap.
 """
 
 from __future__ import annotations
@@ -55,18 +54,13 @@ from common.service_clients import service_clients
 from common.sharding import shard_ranges
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.expectations import RedisExpectationStore
+from processor_svc.handler_routes import HandlerRoutes, plan_handlers
 from processor_svc.handlers import (
-    DeclaresResources,
     HandlerContext,
-    HandlerLoadError,
     LoadedHandler,
-    ResourceUse,
-    ServesResources,
     ShardAware,
-    declared_resources,
     load_handler,
     make_workqueue_factory,
-    parse_handler_spec,
     start_handlers,
     stop_handlers,
 )
@@ -76,7 +70,6 @@ from processor_svc.move_gate import MoveGate
 from processor_svc.ownership import ShardOwnership
 from processor_svc.publication_gate import PublicationGate
 from processor_svc.replica_reader import ReplicaReader
-from processor_svc.resource_plan import plan_resources
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard_worker import ShardWorker
 
@@ -86,8 +79,7 @@ log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
 _STOP_MARGIN = 5.0
-"""Seconds a stop may take beyond ``--shutdown-grace``: its Redis calls (final
-acknowledgements, lease releases, leaving the members) and joining the threads."""
+"""Seconds a stop may take beyond ``--shutdown-grace``: its Redis calls, joining threads."""
 
 
 class ProcessorService:
@@ -147,22 +139,9 @@ class ProcessorService:
         """Which resources to serve, from the flags and what the handler classes declare
         (their modules are imported, nothing is constructed yet)."""
         settings = self.settings
-        specs = [parse_handler_spec(text) for text in settings.handler]
-        if not specs and not extra_handlers:
-            raise ValueError("no handler: give at least one --handler MODULE:ATTR")
-        names = [spec.name for spec in specs] + [name for name, _ in extra_handlers]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise HandlerLoadError(f"handler {twice[0]!r} is given more than once")
-        declared: list[tuple[str, Sequence[ResourceUse]]] = [
-            (spec.name, declared_resources(spec.reference)) for spec in specs
-        ]
-        self._specs = list(zip(specs, declared, strict=True))
-        for name, handler in extra_handlers:
-            kind: object = type(handler)
-            if isinstance(kind, DeclaresResources):
-                declared.append((name, tuple(kind.declared_resources())))
-        self.plan = plan_resources(settings.resource, settings.replicate, declared)
+        self._specs, self.plan = plan_handlers(
+            settings.handler, settings.resource, settings.replicate, extra_handlers
+        )
         self.resource = self.plan.primary
         """The primary resource: its members are the group's, and a handler that names no
         resource gets its events."""
@@ -197,28 +176,15 @@ class ProcessorService:
                 ),
             )
 
-        registered: dict[str, list[tuple[str, ResourceEventHandler]]] = {
-            resource: [] for resource in plan.all
-        }
-        periods: dict[str, dict[str, float]] = {resource: {} for resource in plan.all}
+        routes = HandlerRoutes(plan)
         self.handlers: list[LoadedHandler] = []
-        for spec, (name, uses) in self._specs:
-            resource = spec.resource or (uses[0].resource if uses else plan.primary)
-            if resource not in registered:
-                raise HandlerLoadError(
-                    f"handler {name!r} wants the events of {resource}, which this processor "
-                    f"does not serve ({plan}): add --resource {resource} or --replicate "
-                    f"{resource}"
-                )
+        for spec, uses in self._specs:
+            resource = routes.resource_of(spec, uses)
             handler = load_handler(spec.reference, context_for(resource))
-            self.handlers.append(LoadedHandler(name, handler, spec.resync_period))
-            self._register(
-                name, handler, resource, spec.resync_period, registered=registered, periods=periods
-            )
+            self.handlers.append(LoadedHandler(spec.name, handler, spec.resync_period))
+            routes.add(spec.name, handler, resource, spec.resync_period)
         for name, handler in extra_handlers:
-            self._register(
-                name, handler, plan.primary, None, registered=registered, periods=periods
-            )
+            routes.add(name, handler, plan.primary, None)
         # The handler objects themselves: a controller's workers start and stop with us.
         self._handler_objects = [h.handler for h in self.handlers] + [
             handler for _, handler in extra_handlers
@@ -226,11 +192,11 @@ class ProcessorService:
         self._shard_aware = [h for h in self._handler_objects if isinstance(h, ShardAware)]
         self.dispatchers = {
             resource: HandlerDispatcher(
-                registered[resource],
+                routes.handlers[resource],
                 buffer_size=settings.buffer_size,
                 metrics=self.metrics,
                 resource=resource,
-                resync_periods=periods[resource],
+                resync_periods=routes.resync_periods[resource],
                 lister=self.listers[resource].list,
             )
             for resource in plan.all
@@ -264,33 +230,6 @@ class ProcessorService:
             heartbeat=self._membership.heartbeat,
             poll=min(0.5, settings.membership.heartbeat_interval),
         )
-
-    def _register(
-        self,
-        name: str,
-        handler: ResourceEventHandler,
-        resource: str,
-        period: float | None,
-        *,
-        registered: dict[str, list[tuple[str, ResourceEventHandler]]],
-        periods: dict[str, dict[str, float]],
-    ) -> None:
-        """Give ``handler`` the events of ``resource``, or of each resource it serves."""
-        served = (
-            dict(handler.resource_handlers())
-            if isinstance(handler, ServesResources)
-            else {resource: handler}
-        )
-        for target, events in served.items():
-            if target not in registered:
-                raise HandlerLoadError(
-                    f"handler {name!r} wants the events of {target}, which this processor does "
-                    f"not serve ({self.plan}): add --resource {target} or --replicate {target}"
-                )
-            label = name if target == resource else f"{name}[{target}]"
-            registered[target].append((label, events))
-            if period is not None:
-                periods[target][label] = period
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -334,7 +273,10 @@ class ProcessorService:
         if started:
             self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
         elif self._gate_thread.ident is not None:
-            self._leave_membership()
+            try:
+                self._membership.leave()
+            except redis.RedisError as exc:
+                log.warning("%s: could not leave the members: %r", self.resource, exc)
         for reader in self._replicas:
             reader.stop()
         for resource, dispatcher in self.dispatchers.items():
@@ -344,16 +286,13 @@ class ProcessorService:
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
         self._redis_reachability.stop()
-        started = self._server is not None  # never started (its port was taken): nothing to say
-        if self._server is not None:
+        if self._server is not None:  # None: its port was taken, it never started
             self._server.stop()
-        self._close_clients()
-        if started:
             log.info("processor %s stopped", self.member_id)
+        self._close_clients()
 
     def _grace_left(self) -> float:
-        """What a wait on handler code may take: ``--shutdown-grace`` for a hand-over while
-        running, what is left of it once stopping (one grace period for the whole stop)."""
+        """What a wait on handler code may take: a stop has one grace period for it all."""
         if not self._stopping.is_set():
             return self.settings.shutdown_grace
         return max(0.0, self._stop_deadline - time.monotonic())
@@ -369,13 +308,11 @@ class ProcessorService:
         with self._workers_lock:
             shards = sorted(self._unreleased)
         calls = sum(dispatcher.running_calls() for dispatcher in self.dispatchers.values())
-        parts = []
-        if shards:
-            parts.append(
-                f"{len(shards)} shards' acknowledgements and leases (shards "
-                f"{shard_ranges(shards)}: the next owner delivers their unacknowledged entries "
-                f"once the leases expire, within {self.settings.lease.lease_duration:g} s)"
-            )
+        parts = [
+            f"{len(shards)} shards' acknowledgements and leases (shards {shard_ranges(shards)}: "
+            "the next owner delivers their unacknowledged entries once the leases expire, within "
+            f"{self.settings.lease.lease_duration:g} s)"
+        ] if shards else []  # fmt: skip
         if calls:
             parts.append(f"{calls} running handler call{'s' if calls > 1 else ''}")
         return " and ".join(parts)
@@ -453,12 +390,6 @@ class ProcessorService:
                 )
                 self._replicas.append(reader)
                 reader.start()
-
-    def _leave_membership(self) -> None:
-        try:
-            self._membership.leave()
-        except redis.RedisError as exc:
-            log.warning("%s: could not leave the members: %r", self.resource, exc)
 
     # --- shards ---------------------------------------------------------------------------
 
