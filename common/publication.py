@@ -14,7 +14,7 @@ first list completes) tells "a reflector is on its way" apart from "no reflector
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,20 @@ from common.redis_layout import (
     LAYOUT_SHARD_KEY,
     LEASE_HOLDER,
     ResourceKeys,
+    ShardKeys,
+    resources_key,
 )
+from common.resource_ids import likely_meant, word_forms
 from common.shard_keys import ShardKeyChoice
 
-__all__ = ["Publication", "ResourceLayout", "read_publication", "write_layout"]
+__all__ = [
+    "Publication",
+    "ResourceLayout",
+    "hint_published",
+    "published_alternatives",
+    "read_publication",
+    "write_layout",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +98,41 @@ class ResourceLayout:
 def write_layout(
     client: redis.Redis, *, prefix: str, resource: str, layout: ResourceLayout
 ) -> None:
-    """Record ``layout`` (the reflector leader, as it starts leading)."""
+    """Record ``layout`` (the reflector leader, as it starts leading), and the resource among
+    those published under ``prefix`` (:func:`~common.redis_layout.resources_key`)."""
     fields: Any = layout.to_fields()  # redis-py's mapping type is invariant in its keys
-    client.hset(ResourceKeys(prefix, resource).layout, mapping=fields)
+    with client.pipeline(transaction=False) as pipe:  # two slots: no transaction on a Cluster
+        pipe.hset(ResourceKeys(prefix, resource).layout, mapping=fields)
+        pipe.hset(resources_key(prefix), resource, layout.api_version)
+        pipe.execute()
+
+
+def hint_published(names: Sequence[str]) -> str:
+    """`` (did you mean widgets.example.com? it is published)``, or ``""`` for no names."""
+    return f" (did you mean {' or '.join(names)}? it is published)" if names else ""
+
+
+def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -> list[str]:
+    """The published resources ``resource`` (which is not) is likely a slip of
+    (:func:`common.resource_ids.likely_meant`), for "did you mean widgets.example.com? it is
+    published". What is published is read from the reflectors' list of their resources, plus
+    ``resource``'s singular or plural (a reflector from before that list); each is kept only
+    if a reflector completed a list of it. Best effort (``[]`` when Redis fails): it only
+    decorates a message. ``HGETALL`` and ``HGET`` only: a processor's minimal ACL has no
+    ``SCAN``."""
+    try:
+        listed = client.hgetall(resources_key(prefix))
+        known = [_text(name) for name in listed] + word_forms(resource)
+        candidates = likely_meant(resource, known)
+        if not candidates:
+            return []
+        with client.pipeline(transaction=False) as pipe:
+            for candidate in candidates:
+                pipe.hget(ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
+            listed_rvs = pipe.execute()
+    except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
+        return []
+    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if rv is not None]
 
 
 def _text(value: bytes | str) -> str:

@@ -10,14 +10,24 @@ processor can no longer wait for ``x!!bogus``, which no reflector could ever pub
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
 
 from common.shard_keys import ShardKeyChoice
 
-__all__ = ["ID_SYNTAX", "SPEC_SYNTAX", "ResourceSpec", "check_resource_id", "resource_id_from"]
+__all__ = [
+    "ID_SYNTAX",
+    "SPEC_SYNTAX",
+    "ResourceSpec",
+    "check_resource_id",
+    "likely_meant",
+    "resource_id_from",
+    "word_forms",
+]
 
 SPEC_SYNTAX: Final = (
     "PLURAL[.VERSION][.GROUP][@NAMESPACE][?labelSelector=...&fieldSelector=...&shardKey=...] "
@@ -193,3 +203,33 @@ def resource_id_from(text: str) -> str:
     ``deployments.v1.apps`` -> ``deployments.apps``); ``ValueError`` (one line) when it is
     neither."""
     return ResourceSpec.parse(text).resource_id
+
+
+def _plural_of(resource: str) -> str:
+    """``widgets`` of ``widgets.example.com@shop``."""
+    return resource.partition("@")[0].partition(".")[0]
+
+
+def word_forms(resource: str) -> list[str]:
+    """``resource`` with its plural's singular or plural instead (``pod`` <-> ``pods``,
+    ``ingress`` <-> ``ingresses``), group and namespace kept: the ids a missing one is most
+    often a slip of, tried one by one where nothing can list what exists."""
+    plural = _plural_of(resource)
+    rest = resource[len(plural) :]
+    stems = {plural + "s", plural + "es", plural.removesuffix("s"), plural.removesuffix("es")}
+    return sorted(f"{stem}{rest}" for stem in stems if stem and stem != plural)
+
+
+def likely_meant(wanted: str, known: Iterable[str]) -> list[str]:
+    """The names of ``known`` that ``wanted`` (a resource id, or a plural) is likely a slip of,
+    best first: the same plural in another API group or namespace (``widgets`` for
+    ``widgets.example.com``), its singular or plural (``pod`` for ``pods``), then names spelt
+    alike. The one rule behind every "did you mean" about a resource: the reflector's (names
+    the API server serves) and the readers' (ids published in Redis)."""
+    candidates = [name for name in dict.fromkeys(known) if name != wanted]
+    plural = _plural_of(wanted)
+    forms = {_plural_of(form) for form in word_forms(plural)}
+    same = [name for name in candidates if _plural_of(name) == plural]
+    neighbours = [name for name in candidates if _plural_of(name) in forms]
+    alike = difflib.get_close_matches(wanted, candidates, n=3, cutoff=0.6)
+    return list(dict.fromkeys([*same, *neighbours, *alike]))

@@ -1,8 +1,10 @@
 """Running a service in the foreground until SIGTERM, SIGHUP or Ctrl-C, the same way for all.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback; a clean stop
-exits 0. Signals only set a flag: the main thread then stops the service, which drains, acks,
-releases its leases and joins its threads (kopf's and arq's shutdown model).
+exits 0. The first signal only sets a flag: the main thread then stops the service, which
+drains, acks, releases its leases and joins its threads (kopf's and arq's shutdown model),
+within a bound it states; a second signal ends the process at once
+(:mod:`common.signalled_stop`).
 
 Retries say what they retry (:func:`name_failures_in_logs`): every log line that carries a
 Redis or Kubernetes API failure names the server it failed to reach, password masked. The
@@ -14,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from types import FrameType
-from typing import Protocol
+from typing import Final, Protocol, runtime_checkable
 
 import redis
 
@@ -32,15 +31,19 @@ from common.redis_config import (
 )
 from common.runtime import long_lived_heap_gc
 from common.settings import ServiceSettings
+from common.signalled_stop import SignalledStop
 
 __all__ = [
+    "DEFAULT_STOP_TIMEOUT",
     "CommandMain",
     "FailureContext",
     "Runnable",
+    "StopBounded",
     "command_main",
     "fail",
     "name_failures_in_logs",
     "prepare_service",
+    "probe_address",
     "run_until_signalled",
 ]
 
@@ -76,9 +79,12 @@ def command_main(
     return main
 
 
-def fail(program: str, message: str) -> int:
-    """Report a user mistake in one line; the exit status for it."""
+def fail(program: str, message: str, details: str = "") -> int:
+    """Report a user mistake in one line (then ``details``, e.g. the traceback of the user's
+    own code that failed); the exit status for it."""
     print(f"{program}: error: {message}", file=sys.stderr)
+    if details:
+        print(details.rstrip("\n"), file=sys.stderr)
     return 2
 
 
@@ -161,6 +167,15 @@ def prepare_service(settings: ServiceSettings, url_flag: str | None) -> Redactin
     return redactor
 
 
+def probe_address(settings: ServiceSettings) -> str:
+    """Where a service serves its probes, with the flags that choose it: what
+    :func:`run_until_signalled` names when that address cannot be bound."""
+    return (
+        f"{settings.http_host}:{settings.http_port} (--http-host {settings.http_host}, "
+        f"--http-port {settings.http_port})"
+    )
+
+
 def _redis_named(settings: ServiceSettings) -> str:
     return f"Redis {redis_location(settings.redis)}"
 
@@ -174,41 +189,47 @@ def run_until_signalled(
 ) -> int:
     """Start ``service``, wait for SIGTERM, SIGHUP or SIGINT, stop it; returns the exit status.
 
+    The signals follow :mod:`common.signalled_stop`: the first stops the service cleanly (exit
+    0) within its :attr:`StopBounded.stop_timeout` (else :data:`DEFAULT_STOP_TIMEOUT`), a second
+    one, or the stop outliving that bound, ends the process at once naming what it abandons.
     ``on_started`` runs once the service is up (e.g. to print a readiness line);
-    ``listen_address`` names what could not be bound when starting fails.
+    ``listen_address`` names what could not be bound when starting fails (with the flags that
+    choose it, e.g. ``127.0.0.1:8080 (--http-host, --http-port)``).
     """
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {signum: signal.signal(signum, on_signal) for signum in _stop_signals()}
+    bounded = service if isinstance(service, StopBounded) else None
+    stop = SignalledStop(
+        program,
+        bound=lambda: DEFAULT_STOP_TIMEOUT if bounded is None else bounded.stop_timeout,
+        abandons=lambda: "" if bounded is None else bounded.unfinished_stop(),
+    ).install()
     try:
-        try:
-            service.start()
-        except OSError as exc:  # a port is taken, most likely
-            service.stop()
-            where = f"listen on {listen_address}" if listen_address else "start"
-            return fail(program, f"cannot {where}: {exc.strerror or exc}")
-        if on_started is not None:
-            on_started()
-        with long_lived_heap_gc():
-            while not stop.wait(0.5):
-                pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        service.start()
+    except OSError as exc:  # a port is taken, most likely
         service.stop()
+        stop.restore()
+        where = f"listen on {listen_address}" if listen_address else "start"
+        return fail(program, f"cannot {where}: {exc.strerror or exc}")
+    if on_started is not None:
+        on_started()
+    with long_lived_heap_gc():
+        while not stop.requested.wait(0.5):
+            pass
+    # The handlers stay until the process exits: a second signal during the stop, or during
+    # the interpreter's exit after it, ends the process instead of raising in a join.
+    service.stop()
     return 0
 
 
-def _stop_signals() -> list[signal.Signals]:
-    """SIGTERM (an orchestrator's stop) and SIGHUP (the terminal of a service started by hand
-    closed): both stop the service cleanly, as Ctrl-C does. A hangup that is ignored already
-    (``nohup``) stays ignored: whoever started the service asked it to outlive the terminal."""
-    signals = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signals.append(signal.SIGHUP)
-    return signals
+@runtime_checkable
+class StopBounded(Protocol):
+    """Optional for a :class:`Runnable`: how long its ``stop`` may take, and what ending the
+    process before it finished would leave undone (for the line that says so)."""
+
+    @property
+    def stop_timeout(self) -> float: ...
+
+    def unfinished_stop(self) -> str: ...
+
+
+DEFAULT_STOP_TIMEOUT: Final = 10.0
+"""The stop bound of a service that states none (the API server simulator: its threads)."""

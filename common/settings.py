@@ -7,6 +7,11 @@ Python API and ``--help`` can never disagree: ``redis_url`` is ``--redis-url`` a
 Supported field types: ``bool``, ``int``, ``float``, ``str``, their ``X | None`` forms, and
 ``tuple[str, ...]`` (a repeatable flag; comma-separated in the environment).
 
+The Redis URL has one rule for every command (services and tools alike): ``--redis-url``, else
+the command's own variable (``INFORMER_BUS_REDIS_URL``; the demo's ``INFORMER_BUS_DEMO_REDIS_URL``),
+else ``REDIS_URL`` (the variable many tools and platforms set), else the default. A field opts
+into such a last resort with ``metadata={"fallback_env": NAME}``; ``--help`` names it.
+
 Settings that belong together, and are the same for every service and tool, are small
 dataclasses of their own held as one field (:func:`grouped`): :class:`RedisConnection`,
 :class:`LeaseTiming`, :class:`MembershipTiming`, :class:`Durability`. Each checks its own
@@ -29,6 +34,7 @@ from typing import Any, Final, TypeVar
 __all__ = [
     "ENV_PREFIX",
     "JITTER_FACTOR",
+    "REDIS_URL_ENV",
     "BusSettings",
     "Durability",
     "KubeConnection",
@@ -76,6 +82,9 @@ def require_positive(settings: object, *names: str) -> None:
             raise SettingsError(f"{name} must be > 0, got {value:g}")
 
 
+REDIS_URL_ENV: Final = "REDIS_URL"
+"""The Redis URL's last resort before the default, for every command (module docstring)."""
+
 JITTER_FACTOR: Final = 1.2
 """client-go's JitterFactor: a candidate waits up to ``retry_period * (1 + 1.2)`` between tries,
 which is why ``retry_period * 1.2`` must stay below the renew deadline (:class:`LeaseTiming`)."""
@@ -94,6 +103,7 @@ class RedisConnection:
         metadata={
             "help": "Redis holding the shard streams (redis:// or rediss://)",
             "metavar": "URL",
+            "fallback_env": REDIS_URL_ENV,
         },
     )
     username: str | None = dataclasses.field(
@@ -362,8 +372,10 @@ class ServiceSettings(BusSettings):
                   "reflector and every processor", "metavar": "N"},
     )  # fmt: skip
     http_host: str = dataclasses.field(
-        default="0.0.0.0", metadata={"help": "metrics/health bind address"}
-    )
+        default="127.0.0.1",
+        metadata={"help": "metrics/health bind address: loopback unless asked; 0.0.0.0 (or ::) "
+                  "for probes and a Prometheus on other hosts, as in a container"},
+    )  # fmt: skip
     http_port: int = dataclasses.field(
         default=8080, metadata={"help": "metrics/health port (/metrics, /healthz, /readyz)"}
     )
@@ -494,6 +506,9 @@ def load_settings(
         into = values if setting.group is None else grouped[setting.group]
         source = env_name(env_prefix, setting.name)
         raw = env.get(source)
+        fallback = setting.field.metadata.get("fallback_env")
+        if not raw and fallback:
+            source, raw = fallback, env.get(fallback)
         if raw is not None and raw != "":
             kind, repeated = _field_kind(setting)
             if repeated:
@@ -541,7 +556,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) 
             shown = ", ".join(default) if default else "none"
         else:
             shown = default
-        full_help = f"{setting.help} (default: {shown}; env {env_name(env_prefix, setting.name)})"
+        fallback = field.metadata.get("fallback_env")
+        env_text = env_name(env_prefix, setting.name) + (f", else {fallback}" if fallback else "")
+        full_help = f"{setting.help} (default: {shown}; env {env_text})"
         metavar = str(field.metadata.get("metavar", setting.name.split("_")[-1].upper()))
         flag = flag_name(setting.name)
         if kind is bool:

@@ -11,9 +11,10 @@ Pure: no Redis here, so every process (and every other language) can compute a s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from hashlib import blake2b
 
-__all__ = ["shard_for"]
+__all__ = ["shard_for", "shard_ranges"]
 
 _from_bytes = int.from_bytes
 
@@ -43,3 +44,15 @@ def shard_for(key: str, shard_count: int) -> int:
     if type(shard_count) is not int or shard_count < 1:
         raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
     return _from_bytes(blake2b(key.encode(), digest_size=8).digest(), "little") % shard_count
+
+
+def shard_ranges(shards: Iterable[int]) -> str:
+    """``0-3,7``: a set of shards short enough for one log line or table cell (``""`` when
+    empty)."""
+    runs: list[list[int]] = []
+    for shard in sorted(set(shards)):
+        if runs and runs[-1][-1] == shard - 1:
+            runs[-1].append(shard)
+        else:
+            runs.append([shard])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -16,7 +16,8 @@ then exactly the stream after it -- never nothing for the history that retention
 same ``MULTI`` sets a marker (``GroupShardKeys.initial_list``) that is removed only once the
 caller has acknowledged that shard's whole initial list; a start that finds it set redoes the
 snapshot (dropping and recreating the group, whose entries the new snapshot supersedes), so a
-crash in the middle of an initial list delivers it again rather than half of it. An existing
+crash in the middle of a shard's initial list delivers that shard's list again, whole, rather
+than half of it (shards whose list was finished are not delivered again). An existing
 group that finds retention's hard cap trimmed entries it had not acknowledged (it was stopped
 too long) starts again from the known state the same way, rather than silently missing them.
 

@@ -15,7 +15,16 @@ import redis
 
 from informer_bus.child_process import ChildExitedError, ChildNotReadyError, ChildProcess
 
-__all__ = ["INSTALL_HINT", "RedisServer", "RedisServerMissingError", "free_port"]
+__all__ = [
+    "INSTALL_HINT",
+    "REDIS_STOP_TIMEOUT",
+    "RedisServer",
+    "RedisServerMissingError",
+    "free_port",
+]
+
+REDIS_STOP_TIMEOUT = 10.0
+"""Seconds a SIGTERMed redis-server gets to exit before SIGKILL."""
 
 INSTALL_HINT = (
     "redis-server is not installed: install Redis 7 (e.g. 'sudo apt-get install redis-server'; "
@@ -113,6 +122,6 @@ class RedisServer:
             return None
 
     def stop(self) -> None:
-        """SIGTERM and reap (SIGKILL if it does not exit within 10 s)."""
+        """SIGTERM and reap (SIGKILL if it does not exit within :data:`REDIS_STOP_TIMEOUT`)."""
         if self.process is not None:
-            self.process.stop(10)
+            self.process.stop(REDIS_STOP_TIMEOUT)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import logging
 import re
 import time
@@ -35,15 +36,25 @@ from typing import Any, Final, Protocol, Self
 import redis
 
 from common.deltas import DeltaType
-from common.keys import Obj
-from common.publication import ResourceLayout, read_publication
+from common.publication import (
+    ResourceLayout,
+    hint_published,
+    published_alternatives,
+    read_publication,
+)
 from common.redis_config import SentinelTarget, is_cluster, redacted_url, redis_client
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
 from common.resource_ids import resource_id_from
-from common.wire import DeltaEnvelope, WireDecodeError, decode_envelope, envelope_from_fields
+from common.wire import WireDecodeError, decode_envelope, envelope_from_fields
 from informer_bus.discovery import discover_shard_count
-from informer_bus.durable_subscription import GroupCursor, GroupRefused, stream_batches
+from informer_bus.durable_subscription import (
+    GroupCursor,
+    GroupRefused,
+    InitialList,
+    stream_batches,
+)
 from informer_bus.lifecycle import Closing
+from informer_bus.subscribed_delta import SubscribedDelta, UndecodableEntry
 
 __all__ = [
     "FROM_BEGINNING",
@@ -94,84 +105,6 @@ class StopSignal(Protocol):
     def is_set(self) -> bool: ...
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscribedDelta:
-    """One delta read from the bus, with where it was read (to resume from, or to report)."""
-
-    stream: str
-    """The shard stream it came from (``ib:{pods:3}:deltas``)."""
-    shard: int
-    entry_id: str
-    """Its entry ID, unique within its stream only (each shard numbers its own entries)."""
-    envelope: DeltaEnvelope
-    initial: bool = False
-    """Part of a new durable group's initial list: an object of the known state, delivered as
-    ``Added`` before the stream; :attr:`entry_id` is then the stream ID that state is as of."""
-
-    @property
-    def type(self) -> DeltaType:
-        return self.envelope.type
-
-    @property
-    def key(self) -> str:
-        """``namespace/name``, or ``name`` for a cluster-scoped object."""
-        return self.envelope.key
-
-    @property
-    def namespace(self) -> str:
-        """``""`` for a cluster-scoped object."""
-        return _namespace_of(self.envelope.key)
-
-    @property
-    def resource_version(self) -> str:
-        return self.envelope.resource_version
-
-    @property
-    def obj(self) -> Obj | None:
-        """The object (a tombstone's last known state; ``None`` when that was never known).
-
-        Shared with nothing: mutating it is harmless, unlike objects from a processor's cache.
-        """
-        return self.envelope.obj
-
-    @property
-    def observed_at(self) -> float:
-        """Unix seconds at which the reflector saw the change."""
-        return self.envelope.observed_at
-
-    @property
-    def tombstone(self) -> bool:
-        """A deletion inferred by a relist (client-go's ``DeletedFinalStateUnknown``)."""
-        return self.envelope.tombstone
-
-    def as_json_dict(self) -> dict[str, Any]:
-        """The JSON-lines shape ``informer-bus subscribe`` prints (camelCase, like Kubernetes)."""
-        env = self.envelope
-        return {
-            "stream": self.stream,
-            "shard": self.shard,
-            "id": self.entry_id,
-            "type": env.type.value,
-            "key": env.key,
-            "resourceVersion": env.resource_version,
-            "uid": env.uid,
-            "observedAt": env.observed_at,
-            "tombstone": env.tombstone,
-            "object": env.obj,
-            "initial": self.initial,
-        }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class UndecodableEntry:
-    """A stream entry that is not a valid envelope; subscriptions report it and read on."""
-
-    stream: str
-    shard: int
-    entry_id: str
-    error: WireDecodeError
-
-
 def _log_undecodable(entry: UndecodableEntry) -> None:
     log.warning(
         "skipping undecodable entry %s on %s: %s", entry.entry_id, entry.stream, entry.error
@@ -191,11 +124,6 @@ def resource_id_of(resource: str) -> str:
         return resource_id_from(resource)
     except ValueError as exc:
         raise SubscribeError(str(exc)) from None
-
-
-def _namespace_of(key: str) -> str:
-    namespace, slash, _ = key.partition("/")
-    return namespace if slash else ""
 
 
 def _text(value: bytes | str) -> str:
@@ -331,7 +259,15 @@ class Subscription(Iterator[SubscribedDelta], Closing):
                 raise SubscribeError(str(exc)) from None
         self.group = group
         self._cursor: GroupCursor | None = None
-        self._initial: list[tuple[int, list[SubscribedDelta]]] = []
+        self._initial: list[InitialList] = []
+        self.initial_total = 0
+        """Objects in the known state a new group prints first (0: none to print)."""
+        self.initial_read = 0
+        """How many of them were read so far (printed, or filtered out)."""
+        self.initial_shards = 0
+        """Shards whose known state is printed first (a new group's every shard; a restart's
+        shards whose initial list was interrupted)."""
+        self.initial_shards_done = 0
         self._current: _Yielded | None = None
         self._types = None if types is None else parse_types(types)
         self._namespace = namespace
@@ -404,23 +340,25 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             )
         except GroupRefused as exc:
             raise SubscribeError(str(exc)) from None
-        for snapshot in self._cursor.initial:
-            keys = self.shards[snapshot.shard]
-            deltas = []
-            for key, raw in sorted(snapshot.objects.items()):
-                try:
-                    envelope = decode_envelope(raw)
-                except WireDecodeError as exc:
-                    entry = UndecodableEntry(keys.objects, keys.shard, _text(key), exc)
-                    self._on_undecodable(entry)
-                    continue
-                added = dataclasses.replace(envelope, type=DeltaType.ADDED)
-                delta = SubscribedDelta(
-                    keys.stream, keys.shard, snapshot.last_id, added, initial=True
-                )
-                if self._wanted(delta):
-                    deltas.append(delta)
-            self._initial.append((snapshot.shard, deltas))
+        self._initial = list(self._cursor.initial)
+        self.initial_total = sum(len(snapshot.objects) for snapshot in self._initial)
+        self.initial_shards = len(self._initial)
+
+    def _initial_deltas(self, snapshot: InitialList) -> Iterator[SubscribedDelta]:
+        """A shard's known state as ``Added`` deltas, decoded as they are asked for (all at
+        once, 30,000 objects kept the first line waiting for seconds)."""
+        keys = self.shards[snapshot.shard]
+        for key, raw in sorted(snapshot.objects.items()):
+            self.initial_read += 1
+            try:
+                envelope = decode_envelope(raw)
+            except WireDecodeError as exc:
+                self._on_undecodable(UndecodableEntry(keys.objects, keys.shard, _text(key), exc))
+                continue
+            added = dataclasses.replace(envelope, type=DeltaType.ADDED)
+            delta = SubscribedDelta(keys.stream, keys.shard, snapshot.last_id, added, initial=True)
+            if self._wanted(delta):
+                yield delta
 
     @staticmethod
     def _block_for(client: redis.Redis, block_ms: int | None) -> int:
@@ -487,10 +425,13 @@ class Subscription(Iterator[SubscribedDelta], Closing):
             if shard_count
             else f"looked for {looked_for} and its :checkpoint keys"
         )
+        hint = hint_published(
+            published_alternatives(self._client, prefix=self.prefix, resource=self.resource)
+        )
         return (
             f"no reflector has published resource {self.resource!r} under prefix "
-            f"{self.prefix!r} in {self._where} ({found}): is one running with this --resource, "
-            "--redis-url and --prefix?"
+            f"{self.prefix!r} in {self._where} ({found}){hint}: is one running with this "
+            "--resource, --redis-url and --prefix?"
         )
 
     def _start_positions(self, start: str) -> dict[str, str]:
@@ -566,16 +507,21 @@ class Subscription(Iterator[SubscribedDelta], Closing):
 
     def _initial_lists(self) -> Iterator[SubscribedDelta]:
         assert self._cursor is not None
-        for shard, deltas in self._initial:
-            for i, delta in enumerate(deltas):
+        for snapshot in self._initial:
+            deltas = itertools.chain(self._initial_deltas(snapshot), [None])
+            held = next(deltas)
+            if held is None:
+                self._cursor.initial_done(snapshot.shard)
+            while held is not None:
+                following = next(deltas)  # one ahead: the last one ends the shard's list
                 if self._stopped():
                     return
-                last = i == len(deltas) - 1
-                self._current = _Yielded(None, shard if last else None)
-                yield delta
+                self._current = _Yielded(None, None if following else snapshot.shard)
+                yield held
                 self._settle()
-            if not deltas:
-                self._cursor.initial_done(shard)
+                held = following
+            self.initial_shards_done += 1
+            snapshot.objects.clear()  # printed: its memory can go
 
     def _read(self) -> Iterator[SubscribedDelta]:
         shard_of = {keys.stream: keys.shard for keys in self.shards}

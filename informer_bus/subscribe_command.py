@@ -18,14 +18,13 @@ import dataclasses
 import itertools
 import os
 import select
-import signal
 import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from types import FrameType
 from typing import IO, Any, Final
 
 import orjson
@@ -41,6 +40,7 @@ from common.settings import (
     add_flags,
     settings_from_args,
 )
+from common.signalled_stop import SignalledStop
 from informer_bus.cloudevents import EventMapper
 from informer_bus.cloudevents_sink import (
     HttpSink,
@@ -49,6 +49,7 @@ from informer_bus.cloudevents_sink import (
     SinkStopped,
     check_sink_url,
 )
+from informer_bus.initial_list_progress import InitialListProgress
 from informer_bus.subcommand import Subcommand
 from informer_bus.subscribe import (
     FROM_BEGINNING,
@@ -73,7 +74,10 @@ HELP: Final = (
 )
 _OUTPUTS: Final = ("json", "table", "cloudevents")
 _SINK_MODES: Final = tuple(mode.value for mode in SinkMode)
-_EXIT_INTERRUPTED: Final = 130
+_STOP_SECONDS: Final = 10.0
+"""The stop bound of a printing subscriber: its last acknowledgement (one Redis call)."""
+_SINK_STOP_MARGIN: Final = 5.0
+"""A sink's stop: the POST in flight (connect and read timeouts), then this for the acks."""
 _PROGRESS_SECONDS: Final = 10.0
 """How often a sink reports what it sent (stderr), when it sent anything since."""
 _EXIT_REDIS_LOST: Final = 1
@@ -86,12 +90,13 @@ class SubscribeSettings(BusSettings):
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Ctrl-C stops it; so does closing its output (| head). A resource no reflector "
-        "has published under the prefix is an error (exit 2, one line saying so) unless --wait "
-        "is given: then one line on stderr says what it waits for, and the deltas start with "
-        "the first one published. Exit status: 0 when stopped or done (--count), 1 when Redis "
-        "is lost, 2 for a mistake, 130 on Ctrl-C (a --sink also stops on SIGTERM, exit 0). "
-        "The --redis-* flags and "
+        HELP + " Ctrl-C, SIGTERM and SIGHUP stop it cleanly (a --sink first finishes the POST "
+        "in flight; a second signal ends it at once); so does closing its output (| head). A "
+        "resource no reflector has published under the prefix is an error (exit 2, one line "
+        "saying so) unless --wait is given: then one line on stderr says what it waits for, "
+        "and the deltas start with the first one published. Exit status: 0 when stopped by a "
+        "signal or done (--count), 1 when Redis is lost, 2 for a mistake, 128 + the signal "
+        "(130 for Ctrl-C) when a second signal ended it. The --redis-* flags and "
         "--prefix can also be set with the INFORMER_BUS_<NAME> environment variable shown in "
         "their help."
     )
@@ -378,29 +383,80 @@ def _table_line(delta: SubscribedDelta) -> str:
     )
 
 
-def _print_deltas(deltas: Iterator[SubscribedDelta], output: str, mapper: EventMapper) -> None:
+def _print_deltas(
+    deltas: Iterator[SubscribedDelta],
+    output: str,
+    mapper: EventMapper,
+    progress: InitialListProgress,
+    whole_line: AbstractContextManager[None],
+) -> None:
+    """Print each delta as one line, flushed; a stop signal never cuts a line in two
+    (``whole_line``: it comes into effect once the line is written)."""
     out = sys.stdout.buffer
-    if output == "table":
-        out.write(_TABLE_HEADER.encode() + b"\n")
-        out.flush()
-        for delta in deltas:
-            out.write(_table_line(delta).encode() + b"\n")
+    table = output == "table"
+    if table:
+        with whole_line:
+            out.write(_TABLE_HEADER.encode() + b"\n")
             out.flush()
-        return
     for delta in deltas:
-        line = mapper.structured(delta) if output == "cloudevents" else delta.as_json_dict()
-        out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
-        out.flush()
+        with whole_line:
+            if table:
+                out.write(_table_line(delta).encode() + b"\n")
+            else:
+                line = mapper.structured(delta) if output == "cloudevents" else delta.as_json_dict()
+                out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+            out.flush()
+        if not progress.done:
+            progress.tick()
+
+
+class _Interrupted(BaseException):
+    """The first stop signal, raised wherever a printing subscriber stands: nothing it does
+    needs finishing. Leaving the subscription's ``with`` block by it acknowledges what was
+    printed, not the delta being printed (a durable subscriber prints that one again)."""
 
 
 def run(args: argparse.Namespace) -> int:
+    sink_timeout = _sink_timeout(args)
+    stop = SignalledStop(
+        PROGRAM,
+        bound=lambda: (
+            _STOP_SECONDS if sink_timeout is None else 2 * sink_timeout + _SINK_STOP_MARGIN
+        ),
+        abandons=lambda: _abandoned(args),
+        interrupt=None if args.sink is not None else _Interrupted,
+    )
+    with stop:
+        try:
+            return _subscribe_and_print(args, stop)
+        except _Interrupted:
+            return 0
+
+
+def _sink_timeout(args: argparse.Namespace) -> float | None:
+    """The sink's timeout for the stop bound (``None`` without a sink; a bad value is
+    reported later, by the option checks)."""
+    if args.sink is None:
+        return None
     try:
-        return _subscribe_and_print(args)
-    except KeyboardInterrupt:
-        return _EXIT_INTERRUPTED
+        return _seconds("--sink-timeout", args.sink_timeout, SinkOptions("").timeout)
+    except SubscribeError:
+        return SinkOptions("").timeout
 
 
-def _subscribe_and_print(args: argparse.Namespace) -> int:
+def _abandoned(args: argparse.Namespace) -> str:
+    if args.sink is not None:
+        return (
+            "the event being sent (not acknowledged: --group sends it again on the next start)"
+            if args.group is not None
+            else "the event being sent"
+        )
+    if args.group is not None:
+        return "acknowledging the deltas printed last (printed again on the next start)"
+    return ""
+
+
+def _subscribe_and_print(args: argparse.Namespace, signals: SignalledStop) -> int:
     reader_gone = _ReaderGone(sys.stdout)
     try:
         settings = settings_from_args(SubscribeSettings, ENV_PREFIX, args)
@@ -416,6 +472,7 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             options=options,
             stop=reader_gone,
             reader_gone=reader_gone,
+            signals=signals,
         )
     if args.group is None:
         _say(
@@ -423,19 +480,15 @@ def _subscribe_and_print(args: argparse.Namespace) -> int:
             "stops is lost, and a restart starts from --from-now (or the --from-* given), "
             "missing what was published meanwhile; --group NAME delivers at least once"
         )
-    signals = _StopOnSignals()
-    signals.install()
-    try:
-        return _subscribe_and(
-            args,
-            settings=settings,
-            connection=connection,
-            options=options,
-            stop=signals,
-            reader_gone=reader_gone,
-        )
-    finally:
-        signals.restore()
+    return _subscribe_and(
+        args,
+        settings=settings,
+        connection=connection,
+        options=options,
+        stop=signals.requested,
+        reader_gone=reader_gone,
+        signals=signals,
+    )
 
 
 def _subscribe_and(
@@ -446,6 +499,7 @@ def _subscribe_and(
     options: _Options,
     stop: StopSignal,
     reader_gone: _ReaderGone,
+    signals: SignalledStop,
 ) -> int:
     """Subscribe, then print the deltas or send them to the sink; the exit status."""
     try:
@@ -473,13 +527,14 @@ def _subscribe_and(
     # The errors are caught outside the with block: leaving it by an exception is what keeps a
     # durable subscriber from acknowledging the delta it failed to write.
     if options.sink is not None:
-        assert isinstance(stop, _StopOnSignals)
+        assert isinstance(stop, threading.Event)
         return _send(subscription, options.sink, options.count, stop)
     mapper = EventMapper(subscription.resource, subscription.layout)
     try:
         with subscription:
             deltas = itertools.islice(subscription, options.count)
-            _print_deltas(deltas, options.output, mapper)
+            progress = InitialListProgress(subscription, _say)
+            _print_deltas(deltas, options.output, mapper, progress, signals.finishing)
     except BrokenPipeError:
         _silence_stdout()
         return 0
@@ -492,12 +547,12 @@ def _subscribe_and(
 
 
 def _send(
-    subscription: Subscription, options: SinkOptions, count: int | None, stop: _StopOnSignals
+    subscription: Subscription, options: SinkOptions, count: int | None, stop: threading.Event
 ) -> int:
     """POST every delta to the sink; leaving the ``with`` block by :class:`SinkStopped` keeps
     the event in hand unacknowledged (a durable subscriber sends it again on its next start)."""
     mapper = EventMapper(subscription.resource, subscription.layout)
-    sink = HttpSink(options, stop=stop.event, say=_say)
+    sink = HttpSink(options, stop=stop, say=_say)
     _say(f"sink: sending {subscription.resource} deltas to {options.url} ({options.mode} mode)")
     try:
         with subscription:
@@ -510,7 +565,7 @@ def _send(
     finally:
         sink.close()
         _say(sink.stats.summary())
-    return _EXIT_INTERRUPTED if stop.signum == signal.SIGINT else 0
+    return 0
 
 
 def _deliver_all(deltas: Iterator[SubscribedDelta], mapper: EventMapper, sink: HttpSink) -> None:
@@ -529,31 +584,6 @@ def _deliver_all(deltas: Iterator[SubscribedDelta], mapper: EventMapper, sink: H
 
 def _say(line: str) -> None:
     print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
-
-
-class _StopOnSignals:
-    """SIGINT and SIGTERM only ask a sink to stop: a POST in flight is finished (its answer
-    decides whether the delta is acknowledged) instead of being cut by ``KeyboardInterrupt``."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.signum: int | None = None
-        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
-
-    def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-        self.event.set()
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
 
 
 SUBSCRIBE: Final = Subcommand(name="subscribe", help=HELP, configure=configure_parser, run=run)

@@ -3,7 +3,7 @@
 Flags come from :class:`~processor_svc.settings.ProcessorSettings`; a user mistake (a bad flag
 value, a handler reference that cannot be loaded) ends with one line on stderr and exit status
 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C drain the handlers, acknowledge and hand the shards
-over at once (exit 0).
+over at once (exit 0); a second signal ends it at once (``common.signalled_stop``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 
 from common.plugins import PluginError
-from common.service_runner import command_main, fail, prepare_service, run_until_signalled
+from common.service_runner import (
+    command_main,
+    fail,
+    prepare_service,
+    probe_address,
+    run_until_signalled,
+)
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
@@ -29,9 +35,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         HELP + " Until a reflector has completed a list of --resource under --prefix, a "
         "processor waits for it (it may start first): /readyz answers 503 with the reason, one "
-        "warning says what it waits for, and no shard is taken. Every flag can also be set "
-        "with the INFORMER_BUS_<NAME> environment variable shown in its help; flags win over "
-        "the environment."
+        "warning says what it waits for, and no shard is taken. SIGTERM, Ctrl-C and SIGHUP "
+        "stop it cleanly (exit 0) within the bound it logs (--shutdown-grace + 5 s); a second "
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
+        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
+        "win over the environment."
     )
     add_flags(parser, ProcessorSettings, ENV_PREFIX)
 
@@ -41,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(ProcessorSettings, ENV_PREFIX, args)
         prepare_service(settings, args.redis_url)
         service = ProcessorService(settings)
-    except (SettingsError, PluginError, ValueError) as exc:
+    except PluginError as exc:  # a handler that cannot load: the user's traceback follows
+        return fail(PROGRAM, str(exc), exc.user_traceback)
+    except (SettingsError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
-    return run_until_signalled(service, program=PROGRAM)
+    return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 
 
 main = command_main("python -m processor_svc", HELP, configure_parser, run)

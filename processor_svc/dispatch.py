@@ -556,6 +556,10 @@ class HandlerDispatcher:
             time.sleep(_QUIET_POLL)
         return True
 
+    def running_calls(self) -> int:
+        """How many handler calls are running now (what ending the process abandons)."""
+        return sum(runner._calling for runner in self._runners)
+
     def wake(self) -> None:
         """Wake every ``deliver`` blocked on a full buffer so it re-checks its cancel event
         (a shard worker calls this after setting its stop event)."""

@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.handlers import ResourceEventHandler
 from common.keys import Obj
-from common.plugins import PluginError, load_plugin
+from common.plugins import PluginError, load_plugin, user_traceback
 from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter
 from common.resource_ids import check_resource_id
@@ -367,10 +367,7 @@ def declared_resources(reference: str) -> tuple[ResourceUse, ...]:
     :class:`HandlerLoadError` (one line) when the reference cannot be imported or the
     declarations cannot be read."""
     ref = parse_handler_spec(reference).reference
-    try:
-        target: Any = load_plugin(ref)
-    except PluginError as exc:
-        raise HandlerLoadError(f"handler {ref!r}: {_one_line(exc)}") from None
+    target = _load(ref)
     if not (isinstance(target, type) and isinstance(target, DeclaresResources)):
         return ()
     try:
@@ -392,10 +389,7 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
     context, or names a factory that raises or returns something that is not a handler.
     """
     ref = parse_handler_spec(reference).reference
-    try:
-        target: Any = load_plugin(ref)
-    except PluginError as exc:
-        raise HandlerLoadError(f"handler {ref!r}: {_one_line(exc)}") from None
+    target = _load(ref)
     if not isinstance(target, type) and isinstance(target, ResourceEventHandler):
         return target
     if not callable(target):
@@ -408,7 +402,8 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
         handler = target(context)
     except Exception as exc:
         raise HandlerLoadError(
-            f"handler factory {ref!r} failed: {type(exc).__name__}: {_one_line(exc)}"
+            f"handler factory {ref!r} failed: {type(exc).__name__}: {_one_line(exc)}",
+            user_traceback=user_traceback(exc),
         ) from exc
     if not isinstance(handler, ResourceEventHandler):
         raise HandlerLoadError(
@@ -502,6 +497,17 @@ def _check_takes_context(ref: str, factory: Callable[..., object]) -> None:
         raise HandlerLoadError(
             f"handler factory {ref!r} must take one argument (the HandlerContext), "
             f"but its signature is {signature}"
+        ) from None
+
+
+def _load(ref: str) -> Any:
+    """The object ``ref`` names; :class:`HandlerLoadError` (with the user's traceback when
+    their module failed) when it cannot be imported."""
+    try:
+        return load_plugin(ref)
+    except PluginError as exc:
+        raise HandlerLoadError(
+            f"handler {ref!r}: {_one_line(exc)}", user_traceback=exc.user_traceback
         ) from None
 
 

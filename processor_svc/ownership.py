@@ -48,6 +48,7 @@ from common.rate_limiters import Clock, MonotonicClock
 from common.redis_layout import LEASE_HOLDER, PROCESSOR_GROUP, ResourceKeys
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.settings import LeaseTiming, MembershipTiming
+from common.sharding import shard_ranges
 from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.lease_group import LeaseGroup
@@ -590,7 +591,7 @@ class ShardOwnership:
             )
             self._lose(shard, "on_acquired failed", True)
 
-    def _lose(self, shard: int, reason: str, release: bool) -> bool:
+    def _lose(self, shard: int, reason: str, release: bool, level: int = logging.INFO) -> bool:
         """End our ownership of ``shard``: ``on_lost`` first, then (``release``) the lease.
 
         Returns ``False`` only when the release was tried and Redis failed.
@@ -602,7 +603,8 @@ class ShardOwnership:
             self._losses += 1
             self._cond.notify_all()
         self._lost_epoch[shard] = owned.epoch
-        log.info("lost shard %d (epoch %d): %s", shard, owned.epoch, reason, extra=self._extra)
+        log.log(level, "lost shard %d (epoch %d): %s", shard, owned.epoch, reason,
+                extra=self._extra)  # fmt: skip
         try:
             self._on_lost(shard)
         except Exception:
@@ -635,11 +637,16 @@ class ShardOwnership:
 
     def _shutdown(self) -> None:
         with self._cond:
-            release = self._release_on_stop
+            wanted = release = self._release_on_stop
             owned = sorted(self._owned)
         self._losing(owned)
         for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
-            release = self._lose(shard, "stopping", release) and release
+            release = self._lose(shard, "stopping", release, logging.DEBUG) and release
+        if owned:  # one line for them all, not one per shard
+            left = "" if release else "; Redis failed, " if wanted else "; "
+            log.info("stopping: %s shards %s%s", "handed back" if release else "stopped applying",
+                     shard_ranges(owned), left and f"{left}their leases expire",
+                     extra=self._extra)  # fmt: skip
         if release:
             try:
                 self._membership.leave()

@@ -26,12 +26,19 @@ from typing import Final
 
 import redis
 
-from common.publication import Publication, ResourceLayout, read_publication
+from common.publication import (
+    Publication,
+    ResourceLayout,
+    hint_published,
+    published_alternatives,
+    read_publication,
+)
 from common.redis_config import redacted_url
-from common.redis_layout import CHECKPOINT_SYNCED_RV, GroupShardKeys, ShardKeys
+from common.redis_layout import GroupShardKeys, ShardKeys
+from common.sharding import shard_ranges
 from processor_svc.fenced_stream import as_text
 
-__all__ = ["PublicationGate", "ranges"]
+__all__ = ["PublicationGate"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +177,7 @@ class PublicationGate:
         missing = publication.unlisted_shards
         return (
             f"waiting for a reflector to list every shard of {where}: shards "
-            f"{ranges(missing)} of {publication.shard_count} have no completed list (is the "
+            f"{shard_ranges(missing)} of {publication.shard_count} have no completed list (is the "
             f"reflector's --shard-count {publication.shard_count}, like this processor's?)"
         )
 
@@ -207,50 +214,25 @@ class PublicationGate:
     def _subscriber_reason(self, resource: str, shards: Sequence[int]) -> str:
         return (
             f"group {self._group!r} of {self._where(resource)} is a durable subscriber's "
-            f"(subscribe --group {self._group}) on shards {ranges(shards)}: not taking them "
+            f"(subscribe --group {self._group}) on shards {shard_ranges(shards)}: not taking them "
             "over, which would steal its entries; give this processor another --group (or "
             f"remove the subscriber's group: informer-bus groups delete {resource} "
             f"{self._group})"
         )
 
     def _did_you_mean(self, reason: str) -> str:
-        """A published resource the missing one is likely a typo of (``pod`` for ``pods``).
-        Only the singular/plural neighbours are tried, each with one ``HGET``: a processor's
-        minimal ACL allows no ``SCAN`` (best effort: it only decorates one warning)."""
+        """A published resource the missing one is likely a slip of (``widgets`` for
+        ``widgets.example.com``, ``pod`` for ``pods``): the rule the reflector's hint follows,
+        on what the reflectors published (``common.publication.published_alternatives``)."""
         found: list[str] = []
         for resource in self._resources:
-            if repr(resource) not in reason:
-                continue
-            name, at, rest = resource.partition("@")
-            plural, dot, group = name.partition(".")
-            stems = {plural + "s", plural + "es", plural.removesuffix("s"),
-                     plural.removesuffix("es")}  # fmt: skip
-            candidates = sorted(
-                f"{stem}{dot}{group}{at}{rest}" for stem in stems if stem and stem != plural
-            )
-            try:
-                pipe = self._client.pipeline(transaction=False)
-                for candidate in candidates:
-                    pipe.hget(ShardKeys(self._prefix, candidate, 0).checkpoint,
-                              CHECKPOINT_SYNCED_RV)  # fmt: skip
-                replies = pipe.execute()
-            except (redis.RedisError, ValueError):
-                continue
-            found += [c for c, rv in zip(candidates, replies, strict=True) if rv is not None]
-        return f" (did you mean {' or '.join(found)}? it is published)" if found else ""
+            if repr(resource) in reason:
+                found += published_alternatives(
+                    self._client, prefix=self._prefix, resource=resource
+                )
+        return hint_published(found)
 
     def _redis_failure(self, exc: redis.RedisError) -> str:
         """``Type: message [Redis URL]`` on one line, password masked, for a retry's log."""
         message = " ".join(str(exc).split())
         return f"{type(exc).__name__}: {message} [Redis {self._redis_url}]"
-
-
-def ranges(shards: Sequence[int]) -> str:
-    """``0-3,7``: a shard list short enough for one log line."""
-    runs: list[list[int]] = []
-    for shard in sorted(shards):
-        if runs and runs[-1][-1] == shard - 1:
-            runs[-1].append(shard)
-        else:
-            runs.append([shard])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -22,11 +22,12 @@ recorded of their resources (:class:`~common.publication.ResourceLayout`) then s
 lister finds a key's shard and whether objects can move between shards (a
 :class:`~processor_svc.move_gate.MoveGate` per such resource).
 
-Shutdown (SIGTERM, :meth:`ProcessorService.stop`): stop reading, let the handler calls already
-running finish within the grace period, acknowledge what completed, release every lease at once
-(the other processors take over without waiting for expiry), leave the membership, and join
-every thread. Notifications no handler has started are not drained: their entries stay
-unacknowledged and the next owner delivers them, so old and new owners never overlap.
+Shutdown (SIGTERM, :meth:`ProcessorService.stop`, at most :attr:`~ProcessorService.stop_timeout`):
+stop reading, let the handler calls already running finish within one ``--shutdown-grace`` for
+the whole stop, acknowledge what completed, release every lease at once (the others take over
+without waiting for expiry), leave the membership, and join every thread. Notifications no
+handler has started are not drained: their entries stay unacknowledged and the next owner
+delivers them, so old and new owners never overlap.
 """
 
 from __future__ import annotations
@@ -45,23 +46,21 @@ from common.lease import unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import ResourceLayout
+from common.redis_config import redis_location
 from common.redis_layout import GroupShardKeys, ShardKeys
+from common.redis_reachability import RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
+from common.sharding import shard_ranges
 from processor_svc.dispatch import HandlerDispatcher
 from processor_svc.expectations import RedisExpectationStore
+from processor_svc.handler_routes import HandlerRoutes, plan_handlers
 from processor_svc.handlers import (
-    DeclaresResources,
     HandlerContext,
-    HandlerLoadError,
     LoadedHandler,
-    ResourceUse,
-    ServesResources,
     ShardAware,
-    declared_resources,
     load_handler,
     make_workqueue_factory,
-    parse_handler_spec,
     start_handlers,
     stop_handlers,
 )
@@ -71,7 +70,6 @@ from processor_svc.move_gate import MoveGate
 from processor_svc.ownership import ShardOwnership
 from processor_svc.publication_gate import PublicationGate
 from processor_svc.replica_reader import ReplicaReader
-from processor_svc.resource_plan import plan_resources
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard_worker import ShardWorker
 
@@ -80,6 +78,8 @@ __all__ = ["ProcessorService"]
 log = logging.getLogger(__name__)
 
 _SUPERVISE_INTERVAL = 0.2
+_STOP_MARGIN = 5.0
+"""Seconds a stop may take beyond ``--shutdown-grace``: its Redis calls, joining threads."""
 
 
 class ProcessorService:
@@ -124,32 +124,24 @@ class ProcessorService:
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
         self._workers_lock = threading.Lock()
+        self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
+        self._stop_deadline = 0.0  # monotonic: when the handlers' grace ends (once stopping)
         self._supervisor = threading.Thread(
             target=self._supervise, name=f"processor-supervisor[{self.resource}]"
         )
         self._server: ObservabilityServer | None = None
+        self._redis_reachability = RedisReachability(
+            self.lease_redis, where=redis_location(settings.redis)
+        )
 
     def _plan(self, extra_handlers: Sequence[tuple[str, ResourceEventHandler]]) -> None:
         """Which resources to serve, from the flags and what the handler classes declare
         (their modules are imported, nothing is constructed yet)."""
         settings = self.settings
-        specs = [parse_handler_spec(text) for text in settings.handler]
-        if not specs and not extra_handlers:
-            raise ValueError("no handler: give at least one --handler MODULE:ATTR")
-        names = [spec.name for spec in specs] + [name for name, _ in extra_handlers]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise HandlerLoadError(f"handler {twice[0]!r} is given more than once")
-        declared: list[tuple[str, Sequence[ResourceUse]]] = [
-            (spec.name, declared_resources(spec.reference)) for spec in specs
-        ]
-        self._specs = list(zip(specs, declared, strict=True))
-        for name, handler in extra_handlers:
-            kind: object = type(handler)
-            if isinstance(kind, DeclaresResources):
-                declared.append((name, tuple(kind.declared_resources())))
-        self.plan = plan_resources(settings.resource, settings.replicate, declared)
+        self._specs, self.plan = plan_handlers(
+            settings.handler, settings.resource, settings.replicate, extra_handlers
+        )
         self.resource = self.plan.primary
         """The primary resource: its members are the group's, and a handler that names no
         resource gets its events."""
@@ -184,28 +176,15 @@ class ProcessorService:
                 ),
             )
 
-        registered: dict[str, list[tuple[str, ResourceEventHandler]]] = {
-            resource: [] for resource in plan.all
-        }
-        periods: dict[str, dict[str, float]] = {resource: {} for resource in plan.all}
+        routes = HandlerRoutes(plan)
         self.handlers: list[LoadedHandler] = []
-        for spec, (name, uses) in self._specs:
-            resource = spec.resource or (uses[0].resource if uses else plan.primary)
-            if resource not in registered:
-                raise HandlerLoadError(
-                    f"handler {name!r} wants the events of {resource}, which this processor "
-                    f"does not serve ({plan}): add --resource {resource} or --replicate "
-                    f"{resource}"
-                )
+        for spec, uses in self._specs:
+            resource = routes.resource_of(spec, uses)
             handler = load_handler(spec.reference, context_for(resource))
-            self.handlers.append(LoadedHandler(name, handler, spec.resync_period))
-            self._register(
-                name, handler, resource, spec.resync_period, registered=registered, periods=periods
-            )
+            self.handlers.append(LoadedHandler(spec.name, handler, spec.resync_period))
+            routes.add(spec.name, handler, resource, spec.resync_period)
         for name, handler in extra_handlers:
-            self._register(
-                name, handler, plan.primary, None, registered=registered, periods=periods
-            )
+            routes.add(name, handler, plan.primary, None)
         # The handler objects themselves: a controller's workers start and stop with us.
         self._handler_objects = [h.handler for h in self.handlers] + [
             handler for _, handler in extra_handlers
@@ -213,11 +192,11 @@ class ProcessorService:
         self._shard_aware = [h for h in self._handler_objects if isinstance(h, ShardAware)]
         self.dispatchers = {
             resource: HandlerDispatcher(
-                registered[resource],
+                routes.handlers[resource],
                 buffer_size=settings.buffer_size,
                 metrics=self.metrics,
                 resource=resource,
-                resync_periods=periods[resource],
+                resync_periods=routes.resync_periods[resource],
                 lister=self.listers[resource].list,
             )
             for resource in plan.all
@@ -252,39 +231,13 @@ class ProcessorService:
             poll=min(0.5, settings.membership.heartbeat_interval),
         )
 
-    def _register(
-        self,
-        name: str,
-        handler: ResourceEventHandler,
-        resource: str,
-        period: float | None,
-        *,
-        registered: dict[str, list[tuple[str, ResourceEventHandler]]],
-        periods: dict[str, dict[str, float]],
-    ) -> None:
-        """Give ``handler`` the events of ``resource``, or of each resource it serves."""
-        served = (
-            dict(handler.resource_handlers())
-            if isinstance(handler, ServesResources)
-            else {resource: handler}
-        )
-        for target, events in served.items():
-            if target not in registered:
-                raise HandlerLoadError(
-                    f"handler {name!r} wants the events of {target}, which this processor does "
-                    f"not serve ({self.plan}): add --resource {target} or --replicate {target}"
-                )
-            label = name if target == resource else f"{name}[{target}]"
-            registered[target].append((label, events))
-            if period is not None:
-                periods[target][label] = period
-
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
+        self._redis_reachability.start()
         start_handlers(self._handler_objects)
         for dispatcher in self.dispatchers.values():
             dispatcher.start()
@@ -309,6 +262,7 @@ class ProcessorService:
         """Stop reading, finish running calls, acknowledge, release leases, join threads."""
         if self._stopping.is_set():
             return
+        self._stop_deadline = time.monotonic() + self.settings.shutdown_grace
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
@@ -319,21 +273,49 @@ class ProcessorService:
         if started:
             self.ownership.stop(release=True)  # stops every worker (on_lost) before releasing
         elif self._gate_thread.ident is not None:
-            self._leave_membership()
+            try:
+                self._membership.leave()
+            except redis.RedisError as exc:
+                log.warning("%s: could not leave the members: %r", self.resource, exc)
         for reader in self._replicas:
             reader.stop()
-        grace = self.settings.shutdown_grace
-        deadline = time.monotonic() + grace
         for resource, dispatcher in self.dispatchers.items():
-            left = dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            left = dispatcher.stop(self._grace_left())
             if any(left.values()):
                 log.warning("%s: handlers did not finish within the grace period: %s",
                             resource, left)  # fmt: skip
-        stop_handlers(self._handler_objects, grace)
-        if self._server is not None:
+        stop_handlers(self._handler_objects, self._grace_left())
+        self._redis_reachability.stop()
+        if self._server is not None:  # None: its port was taken, it never started
             self._server.stop()
+            log.info("processor %s stopped", self.member_id)
         self._close_clients()
-        log.info("processor %s stopped", self.member_id)
+
+    def _grace_left(self) -> float:
+        """What a wait on handler code may take: a stop has one grace period for it all."""
+        if not self._stopping.is_set():
+            return self.settings.shutdown_grace
+        return max(0.0, self._stop_deadline - time.monotonic())
+
+    @property
+    def stop_timeout(self) -> float:
+        """The most :meth:`stop` takes: the grace period, then Redis calls and joins."""
+        return self.settings.shutdown_grace + _STOP_MARGIN
+
+    def unfinished_stop(self) -> str:
+        """What ending the process now would leave undone (``""``: nothing): the shards not
+        handed back yet and the handler calls still running."""
+        with self._workers_lock:
+            shards = sorted(self._unreleased)
+        calls = sum(dispatcher.running_calls() for dispatcher in self.dispatchers.values())
+        parts = [
+            f"{len(shards)} shards' acknowledgements and leases (shards {shard_ranges(shards)}: "
+            "the next owner delivers their unacknowledged entries once the leases expire, within "
+            f"{self.settings.lease.lease_duration:g} s)"
+        ] if shards else []  # fmt: skip
+        if calls:
+            parts.append(f"{calls} running handler call{'s' if calls > 1 else ''}")
+        return " and ".join(parts)
 
     def _close_clients(self) -> None:
         self.redis.close()
@@ -409,12 +391,6 @@ class ProcessorService:
                 self._replicas.append(reader)
                 reader.start()
 
-    def _leave_membership(self) -> None:
-        try:
-            self._membership.leave()
-        except redis.RedisError as exc:
-            log.warning("%s: could not leave the members: %r", self.resource, exc)
-
     # --- shards ---------------------------------------------------------------------------
 
     def owned_shards(self) -> list[int]:
@@ -451,6 +427,7 @@ class ProcessorService:
         with self._workers_lock:
             self._units[shard] = workers
             self._unit_epochs[shard] = epoch
+            self._unreleased.add(shard)
         # The stores are attached and no event is delivered yet: a controller loads what the
         # previous owner expected of the cache. A failure here fails the acquisition (the
         # ownership loop stops the workers it never started and releases the leases).
@@ -473,14 +450,14 @@ class ProcessorService:
             units = [self._units[shard] for shard in shards if shard in self._units]
         for workers in units:
             for worker in workers.values():
-                worker.begin_stop(grace=self.settings.shutdown_grace)
+                worker.begin_stop(grace=self._grace_left())
         for handler in self._shard_aware:
             handler.shards_leaving(list(shards))
 
     def _lost(self, shard: int) -> None:
         """On the ownership thread, before the leases are released: stop applying shard
         ``shard`` of every co-sharded resource, and wait for the per-key work on its keys."""
-        grace = self.settings.shutdown_grace
+        grace = self._grace_left()
         with self._workers_lock:
             workers = self._units.pop(shard, {})
             self._unit_epochs.pop(shard, None)
@@ -494,17 +471,20 @@ class ProcessorService:
             worker.join()
             self.metrics.forget_shard(resource, shard)
         for handler in self._shard_aware:
-            if not handler.wait_shards_idle([shard], grace):
+            if not handler.wait_shards_idle([shard], self._grace_left()):
                 log.warning("%s: work on keys of shard %d outlived the %.1f s grace period",
                             type(handler).__name__, shard, grace)  # fmt: skip
         with self._workers_lock:
             owned = len(self._units)
+            self._unreleased.discard(shard)
         for resource in self.plan.co_sharded:
             if workers:
                 self.metrics.rebalances.labels(resource=resource, group=self.group).inc()
             self.metrics.owned_shards.labels(resource=resource, group=self.group).set(owned)
             self.listers[resource].detach(shard)
-        log.info("%s: gave up shard %d", self.plan, shard)
+        # A stop gives every shard up: the ownership loop says so in one line.
+        level = logging.DEBUG if self._stopping.is_set() else logging.INFO
+        log.log(level, "%s: gave up shard %d", self.plan, shard)
 
     def _key_synced(self, resource: str, key: str) -> bool:
         """Whether the caches that hold ``resource``'s object ``key`` (a controller's primary)
@@ -587,7 +567,10 @@ class ProcessorService:
     def readyz(self) -> tuple[bool, str]:
         """Ready when every owned shard is synced; owning nothing (more processors than
         shards, or before the first assignment) is not ready, and neither is waiting for the
-        reflectors' first lists."""
+        reflectors' first lists, and neither is a processor that cannot reach Redis."""
+        unreachable = self._redis_reachability.why_unreachable
+        if unreachable:
+            return False, unreachable
         if not self.published:
             return False, self._gate.waiting_for
         owned = self.owned_shards()

@@ -68,7 +68,9 @@ class ProcessorSettings(ServiceSettings):
         metadata={
             "help": "handler [RESOURCE=]MODULE:ATTR[@RESYNC] (an object with on_add/on_update/"
             "on_delete, or a factory taking a HandlerContext; RESOURCE= gives it that "
-            "resource's events instead of the primary's; @30s adds a resync period)",
+            "resource's events instead of the primary's; @30s adds a resync period); MODULE "
+            "is found as python -m finds one: in the current directory first, then on "
+            "PYTHONPATH and among installed packages",
             "metavar": "REF",
         },
     )

@@ -2,7 +2,8 @@
 
 Flags come from :class:`~reflector_svc.settings.ReflectorSettings`; a user mistake (a bad
 flag value, an unknown resource, an unreadable kubeconfig) ends with one line on stderr and
-exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (exit 0).
+exit status 2, never a traceback. SIGTERM, SIGHUP and Ctrl-C stop it cleanly (exit 0); a second
+signal ends it at once (``common.signalled_stop``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from common.service_runner import (
     fail,
     name_failures_in_logs,
     prepare_service,
+    probe_address,
     run_until_signalled,
 )
 from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
@@ -34,8 +36,10 @@ HELP = (
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        HELP + " Every flag can also be set with the INFORMER_BUS_<NAME> environment variable "
-        "shown in its help; flags win over the environment."
+        HELP + " SIGTERM, Ctrl-C and SIGHUP stop it cleanly (exit 0) within 10 s; a second "
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
+        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
+        "win over the environment."
     )
     add_flags(parser, ReflectorSettings, ENV_PREFIX)
 
@@ -56,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
             redactor,
             {KubeError: f"Kubernetes API {redacted_url(service.api_client.configuration.host)}"},
         )
-    except (SettingsError, PluginError, UnknownResourceError, KubeError, ValueError) as exc:
+    except PluginError as exc:  # a --transform that cannot load: the user's traceback follows
+        return fail(PROGRAM, str(exc), exc.user_traceback)
+    except (SettingsError, UnknownResourceError, KubeError, ValueError) as exc:
         return fail(PROGRAM, str(exc))
-    return run_until_signalled(service, program=PROGRAM)
+    return run_until_signalled(service, program=PROGRAM, listen_address=probe_address(settings))
 
 
 main = command_main("python -m reflector_svc", HELP, configure_parser, run)

@@ -11,11 +11,10 @@ when we need one entry.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from common.resource_ids import SPEC_SYNTAX, ResourceSpec
+from common.resource_ids import SPEC_SYNTAX, ResourceSpec, likely_meant
 from reflector_svc.api_errors import ApiStatusError, UnknownResourceError
 from reflector_svc.transport import get_json
 
@@ -181,13 +180,11 @@ def _unknown_resource_message(
         aliases.update(str(s) for s in r.get("shortNames") or ())
         if spec.plural in aliases:
             hints.append(r["name"] + (f".{spec.group}" if spec.group else ""))
-    names = [r["name"] for r in entries]
-    hints.extend(
-        n + (f".{spec.group}" if spec.group else "")
-        for n in difflib.get_close_matches(spec.plural, names, n=3, cutoff=0.6)
-    )
+    served = [r["name"] + (f".{spec.group}" if spec.group else "") for r in entries]
     if not spec.group:
-        hints.extend(_matches_in_other_groups(api_client, spec.plural))
+        served += _matches_in_other_groups(api_client, spec.plural)
+    wanted = f"{spec.plural}.{spec.group}" if spec.group else spec.plural
+    hints += likely_meant(wanted, served)
     unique = list(dict.fromkeys(hints))
     message = f"{spec}: the server does not serve resource {spec.plural!r} in {where}"
     if unique:

@@ -23,7 +23,9 @@ from common.leader_election import LeaderElector
 from common.lease import RedisLease, unique_holder
 from common.observability import ObservabilityServer, serve_probes
 from common.publication import ResourceLayout
+from common.redis_config import redis_location
 from common.redis_layout import ResourceKeys, ShardKeys
+from common.redis_reachability import RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from reflector_svc.group_lag import summed_group_lags
@@ -42,6 +44,10 @@ __all__ = ["ReflectorService", "reflector_options"]
 
 log = logging.getLogger(__name__)
 
+_STOP_TIMEOUT = 10.0
+"""The most a stop takes: the batch in flight and the lease releases, a few Redis calls each
+bounded by its client's timeouts, and the joins."""
+
 
 @dataclass
 class _ResourceRunner:
@@ -51,6 +57,8 @@ class _ResourceRunner:
     reflector: Reflector
     publisher: ShardPublisher
     elector: LeaderElector | None = None
+    stopped: bool = False
+    """Its elector was stopped: the batch in flight published, the leader lease released."""
 
 
 class ReflectorService:
@@ -79,9 +87,13 @@ class ReflectorService:
         self.holder = unique_holder(settings.identity)
         self._runners: list[_ResourceRunner] = []
         self._stopping = threading.Event()
+        self._leading_at_stop: list[_ResourceRunner] = []
         self._server: ObservabilityServer | None = None
         self._lag_groups: dict[str, set[str]] = {}
         """The groups whose lag this replica reports, by resource (while it leads it)."""
+        self._redis_reachability = RedisReachability(
+            self.lease_redis, where=redis_location(settings.redis)
+        )
         try:
             for text in settings.resource:
                 self._runners.append(self._build_runner(ResourceSpec.parse(text)))
@@ -132,6 +144,7 @@ class ReflectorService:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
+        self._redis_reachability.start()
         for runner in self._runners:
             keys = ResourceKeys(self.settings.prefix, runner.reflector.resource)
             lease = RedisLease(
@@ -160,16 +173,39 @@ class ReflectorService:
         """Stop watching, finish the batch in flight, release leases, join every thread."""
         if self._stopping.is_set():
             return
+        self._leading_at_stop = [
+            r for r in self._runners if r.elector is not None and r.elector.is_leader
+        ]
         self._stopping.set()
         for runner in self._runners:
             runner.reflector.interrupt()
         for runner in self._runners:
             if runner.elector is not None:
                 runner.elector.stop()
+            runner.stopped = True
+        self._redis_reachability.stop()
+        started = self._server is not None  # never started (its port was taken): nothing to say
         if self._server is not None:
             self._server.stop()
         self._close_clients()
-        log.info("reflector %s stopped", self.holder)
+        if started:
+            log.info("reflector %s stopped", self.holder)
+
+    @property
+    def stop_timeout(self) -> float:
+        """The most :meth:`stop` takes (``common.service_runner`` ends the process past it)."""
+        return _STOP_TIMEOUT
+
+    def unfinished_stop(self) -> str:
+        """What ending the process now would leave undone (``""``: nothing)."""
+        leading = [r.reflector.resource for r in self._leading_at_stop if not r.stopped]
+        if not leading:
+            return ""
+        return (
+            f"the batch in flight and the leader lease of {', '.join(leading)} (a standby "
+            f"takes over once it expires, within {self.settings.lease.lease_duration:g} s, "
+            "and resumes from the checkpoints)"
+        )
 
     def _close_clients(self) -> None:
         self.redis.close()
@@ -272,7 +308,11 @@ class ReflectorService:
         return True, "ok"
 
     def readyz(self) -> tuple[bool, str]:
-        """Ready when every resource this replica leads is synced; a standby is ready."""
+        """Ready when Redis answers and every resource this replica leads is synced; a standby
+        is ready."""
+        unreachable = self._redis_reachability.why_unreachable
+        if unreachable:
+            return False, unreachable
         waiting = [
             r.reflector.resource
             for r in self._runners

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -14,11 +15,15 @@ import pytest
 import redis
 from hypothesis import settings
 
+from common.settings import REDIS_URL_ENV
 from tests.support import inherited_signals, socket_origins
 from tests.support.redis_server import RedisServer
 
 socket_origins.install()
 inherited_signals.give_children_the_default_stop_signals()
+# Every command falls back on $REDIS_URL (common/settings.py): the developer's must not reach a
+# service or tool under test, which is told where its Redis is (the tests' own redis-server).
+os.environ.pop(REDIS_URL_ENV, None)
 
 pytest_plugins = ["tests.support.simulator"]
 

@@ -28,6 +28,7 @@ from common.redis_layout.keys import (
     parse_group_key,
     parse_resource_key,
     parse_shard_key,
+    resources_key,
 )
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
@@ -85,4 +86,5 @@ __all__ = [
     "parse_group_key",
     "parse_resource_key",
     "parse_shard_key",
+    "resources_key",
 ]

@@ -61,6 +61,7 @@ __all__ = [
     "parse_group_key",
     "parse_resource_key",
     "parse_shard_key",
+    "resources_key",
 ]
 
 DEFAULT_PREFIX: Final = "ib"
@@ -95,6 +96,14 @@ _GROUP_INFIX: Final = "group:"
 _BAD_NAME = re.compile(r"[{}\s]")
 # A shard number as ShardKeys spells it: decimal, no sign, no leading zero.
 _SHARD_NUMBER = re.compile(r"0|[1-9][0-9]*")
+
+
+def resources_key(prefix: str) -> str:
+    """``ib:resources``: a hash of every resource a reflector has led under ``prefix``
+    (resource id -> its apiVersion), written with the resource's layout. How a reader that may
+    not ``SCAN`` (a processor's minimal ACL) learns what is published, for the hint at a
+    mistyped resource (``common.publication.published_alternatives``); nothing else reads it."""
+    return f"{prefix}:resources"
 
 
 def check_group_name(name: object) -> str:

@@ -25,8 +25,9 @@ DEMO = settings_subcommand(
         "reflector first, then the simulator and Redis (exit 0); the children die with the "
         "demo even when it is killed. Exit status: 0 after a clean stop, 1 when a child "
         "failed, 2 for a mistake. Every flag can also be set with the "
-        "INFORMER_BUS_DEMO_<NAME> environment variable shown in its help; REDIS_URL is used "
-        "when --redis-url is not given."
+        "INFORMER_BUS_DEMO_<NAME> environment variable shown in its help; the Redis is "
+        "--redis-url, else INFORMER_BUS_DEMO_REDIS_URL, else REDIS_URL (as for every "
+        "command), else a private one."
     ),
     settings=DemoSettings,
     env_prefix=ENV_PREFIX,

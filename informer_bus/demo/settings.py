@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from common.settings import LeaseTiming, MembershipTiming, SettingsError
+from common.settings import REDIS_URL_ENV, LeaseTiming, MembershipTiming, SettingsError
 from reflector_svc.resources import ResourceSpec
 
 __all__ = ["ENV_PREFIX", "HANDLER", "MAX_FAILED_STARTS", "MEMBER_TTL", "PROGRAM", "DemoSettings"]
@@ -50,8 +50,8 @@ class DemoSettings:
     )  # fmt: skip
     redis_url: str | None = field(
         default=None,
-        metadata={"help": "Redis 7 to use (default: $REDIS_URL, else a private redis-server "
-                  "on a free port)", "metavar": "URL"},
+        metadata={"help": "Redis 7 to use (default: a private redis-server on a free port)",
+                  "metavar": "URL", "fallback_env": REDIS_URL_ENV},
     )  # fmt: skip
     shard_count: int = field(default=16, metadata={"help": "shards of the resource"})
     lease_duration: float = field(

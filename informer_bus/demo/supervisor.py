@@ -44,7 +44,7 @@ from informer_bus.demo.settings import (
     DemoSettings,
 )
 from informer_bus.demo.view import Output, View, ViewState
-from informer_bus.local_redis import RedisServer, RedisServerMissingError
+from informer_bus.local_redis import REDIS_STOP_TIMEOUT, RedisServer, RedisServerMissingError
 from informer_bus.status.collect import status_client
 from informer_bus.status.render import shard_ranges
 
@@ -54,6 +54,9 @@ _PROBES = re.compile(r"metrics and probes on (http://\S+)")
 _STARTUP_TIMEOUT: Final = 60.0
 _PROCESSOR_STOP_TIMEOUT: Final = 25.0  # the processor's default shutdown grace is 10 s
 _STOP_TIMEOUT: Final = 15.0
+_SHUTDOWN_BOUND: Final = _PROCESSOR_STOP_TIMEOUT + 2 * _STOP_TIMEOUT + REDIS_STOP_TIMEOUT
+"""The most the ordered shutdown waits: the processors, the reflector, the simulator, Redis."""
+_STOPPING: Final = f"stopping (up to {_SHUTDOWN_BOUND:g} s; a second signal kills what is left)"
 _RESTART_BACKOFF: Final = 1.0  # doubled for each failed start in a row
 _SHOW_TAKEOVER: Final = 2.0  # seconds the view shows a takeover before the restart
 _TAKEOVER_SLACK: Final = 10.0  # beyond lease + member TTL, before restarting without a takeover
@@ -138,7 +141,7 @@ class Demo:
                 self._start()
                 status = self._watch()
             except StopRequestedError:
-                self.say(f"{self.stop.signal_name} while starting, stopping")
+                self.say(f"{self.stop.signal_name} while starting: {_STOPPING}")
             except DemoError as exc:
                 if exc.status == 2:
                     self._shutdown()
@@ -234,7 +237,7 @@ class Demo:
         return pids
 
     def _start_redis(self) -> _Redis:
-        url = self.settings.redis_url or os.environ.get("REDIS_URL") or None
+        url = self.settings.redis_url or None  # the flag, else the env (common.settings' rule)
         if url is None:
             server = RedisServer(self.log_dir / "redis", die_with_parent=True)
             try:
@@ -341,7 +344,7 @@ class Demo:
                         self.say(f"{settings.duration:g} s passed, stopping")
                         return 0
                 if self.stop.requested.wait(timeout):
-                    self.say(f"{self.stop.signal_name}, stopping")
+                    self.say(f"{self.stop.signal_name}: {_STOPPING}")
                     return 0
         finally:
             view.close()

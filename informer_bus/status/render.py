@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
+from common.sharding import shard_ranges as ranges
 from informer_bus.status.model import GroupStatus, ResourceStatus, StatusSnapshot
 
 __all__ = ["group_summary", "render_json", "render_resource", "render_table", "shard_ranges"]
@@ -51,19 +52,20 @@ def _columns(header: Sequence[str], rows: Iterable[Sequence[str]], indent: str =
 
 
 def shard_ranges(shards: Sequence[int]) -> str:
-    """``0-3,7,9-10``: short enough for a table cell."""
-    parts: list[str] = []
-    start = previous = None
-    for shard in sorted(shards):
-        if previous is not None and shard == previous + 1:
-            previous = shard
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = shard
-    if start is not None:
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-    return ",".join(parts) or "-"
+    """``0-3,7,9-10`` (``-`` for none): short enough for a table cell."""
+    return ranges(shards) or "-"
+
+
+def _never_published(resource: ResourceStatus) -> str:
+    """Why no reflector counts: none ever came, or the first list was cut short (its deltas
+    are on the streams, the shards stay marked relisting, and no reflector leads)."""
+    if not any(shard.relisting for shard in resource.shards):
+        return f"no reflector has ever published {resource.resource}"
+    deltas = sum(
+        shard.stream_length if shard.entries_added is None else shard.entries_added
+        for shard in resource.shards
+    )
+    return f"list interrupted at {deltas} deltas; no reflector leads"
 
 
 def render_resource(resource: ResourceStatus) -> list[str]:
@@ -72,8 +74,8 @@ def render_resource(resource: ResourceStatus) -> list[str]:
     if not resource.has_reflector:
         return [
             f"resource {resource.resource}  (no reflector)",
-            f"  reflector leader  none: no reflector has ever published {resource.resource}: "
-            "nothing will arrive until one runs with this --resource, --redis-url and --prefix",
+            f"  reflector leader  none: {_never_published(resource)}: nothing more will arrive "
+            "until one runs with this --resource, --redis-url and --prefix",
             "",
             *_group_blocks(resource),
         ]

@@ -28,6 +28,8 @@ def test_a_recorded_layout_is_read_back_with_the_publication(redis_client: redis
     publication = read_publication(redis_client, prefix="ib", resource="configmaps", shard_count=8)
     assert publication.layout == LAYOUT
     assert not publication.complete  # a layout is no list
+    # ... and the resource joins the list of those published (hints at mistyped resources).
+    assert redis_client.hgetall("ib:resources") == {b"configmaps": b"v1"}
 
 
 def test_the_api_group_comes_from_the_api_version() -> None:

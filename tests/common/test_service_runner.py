@@ -1,8 +1,9 @@
-"""common.service_runner as a real service process sees it: which signals stop it cleanly.
+"""common.service_runner as a real service process sees it: which signals stop it cleanly,
+and what a second signal, or a stop that outlives its bound, does (common.signalled_stop).
 
-The service here is the smallest one the runner can run, one that starts and stops at once, so
-what is tested is the runner alone (the reflector's and the processor's SIGTERM/SIGHUP behaviour
-is tested in tests/reflector/ha and tests/processor/ha).
+The services here are the smallest ones the runner can run: one that starts and stops at once,
+and one whose stop is slow, so what is tested is the runner alone (the reflector's and the
+processor's SIGTERM/SIGHUP behaviour is tested in tests/reflector/ha and tests/processor/ha).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -124,3 +126,120 @@ def test_a_suite_launched_deaf_to_ctrl_c_and_hangups_gives_its_children_the_defa
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     assert launched.stdout.splitlines() == [child_sees_defaults, worker_stays_deaf]
+
+
+# A service whose stop joins a non-daemon thread that takes ``sys.argv[1]`` seconds to end:
+# the shape of a processor's stop (ownership.stop -> thread.join) in a few lines.
+_SLOW_STOP = """
+import sys, threading, time
+from common.service_runner import run_until_signalled
+
+class SlowToStop:
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="slow-worker")
+
+    def run(self):
+        self.stopping.wait()
+        time.sleep(self.seconds)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+
+    @property
+    def stop_timeout(self):
+        return float(sys.argv[2])
+
+    def unfinished_stop(self):
+        return "the slow worker" if self.thread.is_alive() else ""
+
+sys.exit(run_until_signalled(
+    SlowToStop(float(sys.argv[1])), program="slow", on_started=lambda: print("up", flush=True)
+))
+"""
+
+
+def _start_slow_to_stop(stop_seconds: float, bound: float) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_STOP, str(stop_seconds), str(bound)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline() == "up\n", process.communicate(timeout=10)
+    return process
+
+
+def _await_stopping(process: subprocess.Popen[str]) -> str:
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    assert "stopping (up to" in line, line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "status"),
+    [
+        (signal.SIGINT, signal.SIGINT, 130),
+        (signal.SIGTERM, signal.SIGTERM, 143),
+        (signal.SIGTERM, signal.SIGINT, 130),
+        (signal.SIGHUP, signal.SIGTERM, 143),
+    ],
+    ids=["ctrl-c-twice", "term-twice", "term-then-ctrl-c", "hup-then-term"],
+)
+def test_a_second_signal_during_a_slow_stop_ends_the_process_at_once(
+    first: signal.Signals, second: signal.Signals, status: int
+) -> None:
+    """Issue 34: the first signal's stop joins a thread for 60 s; the second must end the
+    process (it used to raise KeyboardInterrupt inside the join, after which the interpreter
+    waited for that thread, and a SIGTERM was not even caught twice)."""
+    process = _start_slow_to_stop(stop_seconds=60, bound=120)
+    try:
+        process.send_signal(first)
+        stopping = _await_stopping(process)
+        assert f"{first.name}: stopping (up to 120 s" in stopping
+        time.sleep(0.6)  # past SAME_REQUEST: a second request, not the first delivered twice
+        process.send_signal(second)
+        _, stderr = process.communicate(timeout=15)  # not the 60 s the stop would take
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == status, stderr
+    assert "Traceback" not in stderr
+    assert (
+        f"slow: second signal ({second.name}) while stopping: exiting with status {status}, "
+        "abandoning the slow worker"
+    ) in stderr
+
+
+def test_the_same_signal_delivered_twice_at_once_is_one_request() -> None:
+    """``timeout -s INT`` and ``kill -INT -PGID`` signal the process and its group: one stop."""
+    process = _start_slow_to_stop(stop_seconds=1, bound=30)
+    try:
+        process.send_signal(signal.SIGINT)
+        _await_stopping(process)  # the handler ran: a copy now is not coalesced by the kernel
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, stderr
+    assert "while stopping" not in stderr
+
+
+def test_a_stop_that_outlives_its_bound_ends_the_process() -> None:
+    process = _start_slow_to_stop(stop_seconds=60, bound=1)
+    try:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 1, stderr
+    assert "slow: did not stop within 1 s: exiting with status 1, abandoning the slow worker" in (
+        stderr
+    )

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from dataclasses import dataclass, field
 
 import pytest
 
-from common.resource_ids import ResourceSpec, check_resource_id, resource_id_from
+from common.resource_ids import ResourceSpec, check_resource_id, likely_meant, resource_id_from
 from common.settings import (
+    ENV_PREFIX,
     Durability,
     LeaseTiming,
     RedisConnection,
+    ServiceSettings,
     SettingsError,
     add_flags,
     grouped,
@@ -101,6 +104,8 @@ def test_service_settings_are_shared_and_validated_once() -> None:
     assert issubclass(ReflectorSettings, ServiceSettings)
     assert issubclass(ProcessorSettings, ServiceSettings)
     assert ProcessorSettings().http_port != ReflectorSettings().http_port, "they can share a host"
+    # Issue 34: metrics and probes on loopback unless asked (containers ask for 0.0.0.0).
+    assert ProcessorSettings().http_host == ReflectorSettings().http_host == "127.0.0.1"
     for cls in (ReflectorSettings, ProcessorSettings):
         with pytest.raises(SettingsError, match="shard_count"):
             cls(shard_count=0)
@@ -276,3 +281,33 @@ def test_the_deprecated_compact_cache_switch_keeps_its_meaning(
 def test_the_deprecated_switch_cannot_contradict_cache() -> None:
     with pytest.raises(SettingsError, match="--cache plain contradicts the deprecated"):
         settings_of(ProcessorSettings, cache="plain", compact_cache=True)
+
+
+def test_the_redis_url_falls_back_on_redis_url_after_the_commands_own_variable() -> None:
+    """Issue 34: one rule for every command: the flag, the command's variable, $REDIS_URL."""
+    load = functools.partial(load_settings, ServiceSettings, ENV_PREFIX)
+    assert load(environ={}).redis.url == "redis://127.0.0.1:6379/0"
+    assert load(environ={"REDIS_URL": "redis://a:1/0"}).redis.url == "redis://a:1/0"
+    both = {"REDIS_URL": "redis://a:1/0", "INFORMER_BUS_REDIS_URL": "redis://b:2/0"}
+    assert load(environ=both).redis.url == "redis://b:2/0"
+    empty = {"REDIS_URL": "redis://a:1/0", "INFORMER_BUS_REDIS_URL": ""}
+    assert load(environ=empty).redis.url == "redis://a:1/0"
+    assert load(environ=both, redis_url="redis://c:3/0").redis.url == "redis://c:3/0"
+    assert settings_of(ServiceSettings).redis.url == "redis://127.0.0.1:6379/0"  # no env at all
+
+
+@pytest.mark.parametrize(
+    ("wanted", "known", "meant"),
+    [
+        ("widgets", ["pods", "widgets.example.com"], ["widgets.example.com"]),
+        ("pod", ["pods", "configmaps"], ["pods"]),
+        ("podz", ["pods", "configmaps"], ["pods"]),
+        ("widget.example.com", ["widgets.example.com"], ["widgets.example.com"]),
+        ("pods", ["pods@shop", "pods"], ["pods@shop"]),
+        ("secrets", ["pods", "configmaps"], []),
+    ],
+)
+def test_the_one_rule_for_what_a_missing_resource_is_likely_a_slip_of(
+    wanted: str, known: list[str], meant: list[str]
+) -> None:
+    assert likely_meant(wanted, known) == meant

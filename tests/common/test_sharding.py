@@ -13,7 +13,7 @@ import pytest
 from redis.crc import key_slot
 
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
-from common.sharding import shard_for
+from common.sharding import shard_for, shard_ranges
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,3 +212,11 @@ def test_bad_prefixes_are_rejected(prefix: str) -> None:
 def test_shard_must_be_a_non_negative_int(shard: object) -> None:
     with pytest.raises(ValueError, match="shard must be an integer >= 0"):
         ShardKeys("ib", "pods", shard)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("shards", "text"),
+    [([], ""), ([3], "3"), ([0, 1, 2, 3], "0-3"), ([7, 0, 1, 2, 3, 9, 10, 9], "0-3,7,9-10")],
+)
+def test_shard_ranges_are_short_enough_for_one_line(shards: list[int], text: str) -> None:
+    assert shard_ranges(shards) == text

@@ -98,7 +98,7 @@ def test_ctrl_c_stops_the_demo_cleanly_and_removes_its_keys(
                 process.kill()
                 process.wait()
     text = output.read_text()
-    assert f"{PROGRAM}: SIGINT, stopping" in text
+    assert f"{PROGRAM}: SIGINT: stopping (up to 65 s; a second signal kills what is left)" in text
     assert "stopped cleanly" in text
     assert not [name for name, pid in pids(text).items() if alive(pid)]
     assert "redis-server" not in pids(text)

@@ -127,7 +127,7 @@ def test_kill_hup_stops_the_demo_like_ctrl_c(tmp_path: Path) -> None:
     finally:
         stop(process)
     text = out.read_text()
-    assert f"{PROGRAM}: SIGHUP, stopping" in text
+    assert f"{PROGRAM}: SIGHUP: stopping (up to 65 s" in text
     assert text.rstrip().endswith(f"stopped cleanly; logs in {tmp_path / 'logs'}")
     assert set(started) == STARTED_CHILDREN
     wait_until_gone(started.values(), 10)

@@ -229,6 +229,15 @@ def test_healthchecks_probe_healthz_on_the_listening_port(name: str) -> None:
     assert url.port == listening_port(compose_launch(name))
 
 
+@pytest.mark.parametrize("name", ["reflector", "processor"])
+def test_metrics_and_probes_are_served_to_other_containers(name: str) -> None:
+    """The services listen on loopback unless asked (issue 34): a container asks, so that a
+    Prometheus in another container can scrape it."""
+    launch = compose_launch(name)
+    assert launch.env.get("INFORMER_BUS_HTTP_HOST") == "0.0.0.0"
+    assert settings_of(launch).http_host == "0.0.0.0"
+
+
 def test_redis_healthcheck_pings() -> None:
     assert SERVICES["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
 

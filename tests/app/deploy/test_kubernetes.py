@@ -165,6 +165,18 @@ def test_pods_are_probed_sized_and_locked_down(kustomization: str) -> None:
     assert checked >= 2
 
 
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("component", ["reflector", "processor"])
+def test_metrics_and_probes_are_served_on_the_pod_ip(kustomization: str, component: str) -> None:
+    """The services listen on loopback unless asked (issue 34): the kubelet's probes and
+    Prometheus reach the pod's IP, so the manifests ask for every interface."""
+    documents = render(kustomization)
+    for deployment_doc in deployments(documents, component):
+        launch = container_launch(deployment_doc, documents)
+        assert launch.env.get("INFORMER_BUS_HTTP_HOST") == "0.0.0.0"
+        assert settings_of(launch).http_host == "0.0.0.0"
+
+
 def test_two_reflector_replicas_run_under_their_service_account() -> None:
     documents = render(BASE)
     deployment = reflector(documents)

@@ -4,6 +4,7 @@ real processes) and against hand-made Redis states for the corner cases."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -153,6 +154,35 @@ def test_status_reports_leader_owners_lag_and_processors_as_json_and_table(
     unknown = status("--redis-url", pipeline.redis_url, "--resource", "widgets")
     assert "no resource 'widgets'" in one_line_error(unknown, "informer-bus status")
     assert "found: pods" in unknown.stderr
+
+
+def test_a_first_list_cut_short_by_ctrl_c_is_told_apart_from_no_reflector(
+    redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 34: after Ctrl-C during the reflector's first list, its deltas are on the streams
+    (and subscribers read them) but status said no reflector had ever published the resource."""
+    bus = Bus(redis_client, "pods", shard_count=SHARDS)
+    with Simulator(SimulatorSettings()) as sim:
+        sim.populate("pods", 3000, seed=3)
+        sim.slow_responses(0.3)  # a list of 15 pages that takes seconds
+        reflector = ReflectorProcess(
+            ["--resource", "pods", "--kube-url", sim.url, "--redis-url", redis_server.url,
+             "--shard-count", str(SHARDS), "--http-host", "127.0.0.1", "--http-port", "0",
+             "--page-size", "200", "--no-watch-list"],
+            tmp_path / "reflector.log",
+        )  # fmt: skip
+        try:
+            reflector.start()
+            wait_until(lambda: bus.length() > 0, 60, what="the first pages published")
+            reflector.send(signal.SIGINT)
+            assert reflector.wait(30) == 0, reflector.log()
+        finally:
+            reflector.close()
+    assert not bus.synced(), "the list was not cut short: make it slower"
+    result = status("--redis-url", redis_server.url)
+    assert result.returncode == 0, result.stderr
+    assert f"list interrupted at {bus.length()} deltas; no reflector leads" in result.stdout
+    assert "ever published" not in result.stdout
 
 
 def test_unreachable_redis_is_one_line_and_exit_2() -> None:

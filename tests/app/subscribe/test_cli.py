@@ -133,21 +133,26 @@ def test_a_closed_pipe_ends_it_quietly(
     assert line["type"] == "Added"
 
 
-def test_ctrl_c_exits_130_without_a_traceback(
-    redis_server: RedisServer, publisher: Publisher
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_exits_0_without_a_traceback(
+    redis_server: RedisServer, publisher: Publisher, signum: signal.Signals
 ) -> None:
+    """One rule for every command (issue 34): a clean stop on the first signal exits 0 (plain
+    subscribe exited 130 on Ctrl-C and was killed by SIGTERM, 143, where --sink exited 0)."""
     publisher.publish(added("ns/a", "1"))
     process = start_subscribe(redis_server.url, "pods", "--from-beginning")
     try:
         assert process.stdout is not None
         assert '"ns/a"' in process.stdout.readline()  # it runs, now waiting for more
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=15)
     finally:
         process.kill()
         process.wait()
-    assert process.returncode == 130
-    assert stderr == ""
+    assert process.returncode == 0, stderr
+    assert stderr == (
+        f"{PROGRAM}: {signum.name}: stopping (up to 10 s; a second signal ends it at once)\n"
+    )
 
 
 def test_unknown_resource_and_unreachable_redis_are_one_line_errors(

@@ -366,7 +366,7 @@ def test_a_receiver_that_is_down_loses_nothing_and_a_restart_resumes(
     finally:
         process.kill()
         process.wait()
-    assert process.returncode == 130, stderr
+    assert process.returncode == 0, stderr  # a clean stop, whichever signal asked for it
     assert stdout == ""
     assert set(receiver.ids()) == {expected_id(e.type, e.key, e.rv) for e in bus.all_entries()}
     assert pending(redis_client) == 0

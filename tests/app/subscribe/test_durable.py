@@ -379,3 +379,57 @@ def test_a_group_that_retention_cut_off_starts_again_from_the_known_state(
     assert [d for d in seen if not d.initial] == []
     assert "hard cap trimmed entries" in caplog.text
     assert pending(redis_client) == markers(redis_client) == 0
+
+
+def test_the_command_line_tells_the_initial_list_apart_and_redoes_only_unfinished_shards(
+    redis_server: RedisServer, redis_client: redis.Redis, publisher: Publisher, bus: Bus
+) -> None:
+    """Issue 34: an interrupted initial list is printed again per shard (the docs said
+    'whole': stopped after 15,000 of 30,000 lines, the restart printed 15,115), and a long one
+    printed nothing on stderr to say what it was doing, nor how far it got."""
+    total = 3000
+    publisher.publish(*(added(f"ns/p{i:04}", "1") for i in range(total)))
+    per_shard: dict[int, set[str]] = {}
+    for key in bus.known_versions():
+        per_shard.setdefault(ShardKeys.for_key("ib", "pods", key, SHARDS).shard, set()).add(key)
+
+    first = start_subscribe(redis_server.url, "pods", "--group", GROUP)
+    try:
+        printed = []
+        for _ in range(total // 2):  # slowly enough that printing the list takes seconds
+            printed += read_lines(first, 1)
+            time.sleep(0.002)
+        first.send_signal(signal.SIGINT)
+        assert first.stdout is not None
+        rest = first.stdout.read()  # through its text buffer, which holds part of it already
+        _, stderr = first.communicate(timeout=15)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, stderr
+    printed += json_lines(rest)  # whole lines: a stop signal never cuts one in two
+    assert stderr.startswith(
+        f"{PROGRAM}: group {GROUP!r}: printing the known state of {SHARDS} shards first "
+        f"({total} objects), then the changes; a shard not printed whole is printed again"
+    ), stderr
+    assert f"{PROGRAM}: initial list: " in stderr  # how far it got, every 2 s
+    seen = {line["key"] for line in printed}
+    unfinished = {shard for shard, keys in per_shard.items() if not keys <= seen}
+    assert 0 < len(unfinished) < SHARDS
+
+    second = start_subscribe(redis_server.url, "pods", "--group", GROUP)
+    try:
+        again = read_lines(second, sum(len(per_shard[shard]) for shard in unfinished))
+        second.send_signal(signal.SIGINT)
+        assert second.stdout is not None
+        rest = second.stdout.read()
+        _, stderr = second.communicate(timeout=15)
+    finally:
+        second.kill()
+        second.wait()
+    assert second.returncode == 0, stderr
+    again += json_lines(rest)
+    assert all(line["initial"] for line in again)
+    assert {line["key"] for line in again} == set().union(*(per_shard[s] for s in unfinished))
+    assert f"printing the known state of {len(unfinished)} shards first" in stderr
+    assert "initial list printed" in stderr

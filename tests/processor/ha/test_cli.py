@@ -7,24 +7,28 @@ the shard leases at once, so another processor takes over without waiting for th
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from apiserver_sim import Simulator
+from common.sharding import shard_ranges
 from reflector_svc.service import ReflectorService
 from tests.processor.ha.conftest import (
-    HANDLER,
     SHARDS,
     wait_balanced,
     wait_converged,
 )
 from tests.support.bus import Bus, ProcessorProcess
 from tests.support.cli import one_line_error, run_command
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -83,10 +87,8 @@ def test_no_handler_is_a_one_line_error(command: list[str]) -> None:
         ("nosuch.module:Thing", {}, "No module named 'nosuch'"),
         ("tests.support.recording_handler:Missing", {}, "Missing"),
         ("tests.support.recording_handler", {}, "expected MODULE:ATTR"),
-        # The factory itself fails (it needs IB_RECORD_FILE): its error, in one line.
-        (HANDLER, {}, "IB_RECORD_FILE"),
     ],
-    ids=["no-module", "no-attribute", "no-colon", "factory-fails"],
+    ids=["no-module", "no-attribute", "no-colon"],
 )
 def test_a_bad_handler_reference_is_a_one_line_error_naming_it(
     reference: str, env: dict[str, str], expected: str
@@ -94,6 +96,108 @@ def test_a_bad_handler_reference_is_a_one_line_error_naming_it(
     line = _one_line_error(_run(MODULE, "--handler", reference, env=env))
     assert reference in line
     assert expected in line
+
+
+def test_a_handler_module_in_the_working_directory_loads(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Issue 34: ``--handler myhandler:RecDel`` beside ``myhandler.py`` failed with "No module
+    named 'myhandler'" from the informer-bus script (``python -m`` finds it: so does it now)."""
+    (tmp_path / "myhandler.py").write_text(_HANDLER_SOURCE)
+    log_path = tmp_path / "processor.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*CONSOLE, "--handler", "myhandler:RecDel", "--redis-url", redis_server.url,
+             "--http-host", "127.0.0.1", "--http-port", "0"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=_clean_env(),
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "started for pods" in log_path.read_text() or process.poll(), 30)
+        assert process.poll() is None, log_path.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+_HANDLER_SOURCE = """
+class RecDel:
+    def __init__(self, context):
+        self.context = context
+
+    def on_add(self, obj, is_in_initial_list):
+        pass
+
+    def on_update(self, old, new):
+        pass
+
+    def on_delete(self, obj):
+        pass
+"""
+
+
+class _Failure(NamedTuple):
+    """A handler module that fails, and what the error says."""
+
+    source: str
+    reference: str
+    summary: str
+    """The one error line, after ``informer-bus processor: error:``."""
+    where: list[str]
+    """Texts of the user's frames."""
+    last: str
+    """How the traceback's last line starts (``Type: message``)."""
+
+
+_FAILURES = [
+    _Failure(
+        "import json\nimport not_installed_here\n", "broken:H",
+        "handler 'broken:H': cannot import module 'broken' for 'broken:H': No module named "
+        "'not_installed_here'", ["line 2, in <module>", "import not_installed_here"],
+        "ModuleNotFoundError: No module named 'not_installed_here'",
+    ),
+    _Failure(
+        "class H:\n    def __init__(self, context):\n        setup()\n\n\n"
+        "def setup():\n    raise RuntimeError('boom in ctor')\n", "ctorfail:H",
+        "handler factory 'ctorfail:H' failed: RuntimeError: boom in ctor",
+        ["line 3, in __init__", "line 7, in setup", "raise RuntimeError('boom in ctor')"],
+        "RuntimeError: boom in ctor",
+    ),
+    _Failure(
+        "def broken(:\n    pass\n", "syntax:H",
+        "handler 'syntax:H': importing 'syntax' for 'syntax:H' failed: SyntaxError",
+        ["line 1", "def broken(:"], "SyntaxError: ",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "failure", _FAILURES, ids=["import-error", "constructor-fails", "syntax-error"]
+)
+def test_a_failing_handler_shows_the_users_own_traceback(tmp_path: Path, failure: _Failure) -> None:
+    """Issue 34: an import error or a failing constructor was one line without a file or a
+    line number. Now: that line, then the traceback of the user's frames only."""
+    module = failure.reference.partition(":")[0]
+    (tmp_path / f"{module}.py").write_text(failure.source)
+    result = subprocess.run(
+        [*CONSOLE, "--handler", failure.reference], capture_output=True, text=True,
+        cwd=tmp_path, env=_clean_env(), timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith(f"informer-bus processor: error: {failure.summary}"), result.stderr
+    assert f'File "{tmp_path / module}.py", ' in result.stderr
+    for text in failure.where:
+        assert text in result.stderr
+    assert rest[-1].startswith(failure.last)
+    for ours in ("processor_svc", "common/plugins.py", "importlib", "informer_bus"):
+        assert ours not in "\n".join(rest), result.stderr
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("INFORMER_BUS_", "IB_"))}
 
 
 @pytest.mark.parametrize(
@@ -178,6 +282,10 @@ def test_sigterm_exits_0_and_hands_the_shards_over_at_once(
     assert not [m for m in bus.members() if m.startswith("p1/")], "p1 did not leave"
     assert "Traceback" not in p1.log()
     assert "processor p1/" in p1.log() and "stopped" in p1.log()
+    # Issue 34: one line for the shards handed back, not a "lost shard" line per shard.
+    assert "SIGTERM: stopping (up to 15 s" in p1.log()
+    assert f"stopping: handed back shards {shard_ranges(kept)}" in p1.log()
+    assert "): stopping" not in p1.log()
 
     # p2 takes every shard over long before a 30 s lease could have expired.
     calls = wait_converged(bus, sim, [p2], tmp_path, timeout=15)

@@ -188,25 +188,40 @@ def test_a_processor_waits_unready_for_its_reflector_then_syncs(
             waiting.close()
 
 
+@pytest.mark.parametrize(
+    ("published", "typo"),
+    [("pods", "pod"), ("widgets.example.com", "widgets")],
+    ids=["singular", "without-group"],
+)
 def test_a_typo_names_the_published_resource(
-    redis_client: redis.Redis, secret_url: str, tmp_path: Path
+    redis_client: redis.Redis, secret_url: str, tmp_path: Path, published: str, typo: str
 ) -> None:
+    """The processor and ``subscribe`` give the reflector's hint (issue 34: ``widgets`` for
+    ``widgets.example.com`` got none), by its rule (``common.resource_ids.likely_meant``) on
+    what the reflectors published."""
+    hint = f"(did you mean {published}? it is published)"
     with Simulator(SimulatorSettings()) as sim:
         sim.populate("pods", 5, seed=1)
-        reflector = reflector_of("pods", sim, secret_url, tmp_path / "reflector.log")
-        typo = processor(secret_url, "pod", tmp_path / "processor.log")
+        reflector = reflector_of(published, sim, secret_url, tmp_path / "reflector.log")
+        waiting = processor(secret_url, typo, tmp_path / "processor.log")
         try:
             reflector.start()
-            wait_until(lambda: redis_client.hexists("ib:{pods:0}:checkpoint", "synced_rv"), 30)
-            typo.start()
-            wait_until(lambda: warnings_in(typo.log()), 30, what="the waiting warning")
-            [warning] = warnings_in(typo.log())
-            assert "no reflector has published resource 'pod'" in warning
-            assert warning.endswith("(did you mean pods? it is published)")
-            assert typo.probe() == 503
-            assert not redis_client.keys("ib:{pod:*")
+            checkpoint = f"ib:{{{published}:0}}:checkpoint"
+            wait_until(lambda: redis_client.hexists(checkpoint, "synced_rv"), 30)
+            waiting.start()
+            wait_until(lambda: warnings_in(waiting.log()), 30, what="the waiting warning")
+            [warning] = warnings_in(waiting.log())
+            assert f"no reflector has published resource {typo!r}" in warning
+            assert warning.endswith(hint)
+            assert waiting.probe() == 503
+            assert not redis_client.keys(f"ib:{{{typo}:*")
+            subscriber = run_command(
+                [CLI, "subscribe"], typo, env={"INFORMER_BUS_REDIS_URL": secret_url}
+            )
+            line = one_line_error(subscriber, "informer-bus subscribe")
+            assert hint in line
         finally:
-            typo.close()
+            waiting.close()
             reflector.close()
 
 
