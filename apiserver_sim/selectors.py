@@ -10,15 +10,18 @@ Label selectors ("Labels and Selectors", and the grammar documented for Go's
                                 | ( "in" | "notin" ) "(" VALUE ( "," VALUE )* ")"
                                 | ( ">" | "<" ) INTEGER ]
 
-Tokens are delimited by spaces and tabs; a VALUE may be empty (``x in (foo,,baz),y,z notin
-()`` is valid). ``key`` selects objects that have the label, ``!key`` those that do not;
-``!=`` and ``notin`` also select objects without the label, ``=`` and ``in`` do not; ``>`` and
-``<`` (the node selector operators ``Gt`` and ``Lt``: one value, "interpreted as an integer")
-select objects whose label is an integer above or below it. A KEY is an optional prefix (a
-DNS subdomain: lowercase DNS labels joined by dots, 253 characters at most) and ``/``, then a
-name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``, beginning and ending
-with an alphanumeric. A VALUE is empty or follows the name's rules. ``in`` and ``notin`` are
-operators only where an operator may stand: ``in`` is a valid key and value.
+Tokens are delimited by blanks: space, tab, ``\\r`` and ``\\n`` (the grammar's comment names
+only space and tab, but the API machinery's lexer, ``isWhitespace`` in its
+``labels/selector.go``, skips all four; any other character, a no-break space too, is part of a
+word). A VALUE may be empty (``x in (foo,,baz),y,z notin ()`` is valid). ``key`` selects
+objects that have the label, ``!key`` those that do not; ``!=`` and ``notin`` also select
+objects without the label, ``=`` and ``in`` do not; ``>`` and ``<`` (the node selector
+operators ``Gt`` and ``Lt``: one value, "interpreted as an integer", and like every value a
+label value, so unsigned) select objects whose label is an integer above or below it. A KEY is
+an optional prefix (a DNS subdomain: lowercase DNS labels joined by dots, 253 characters at
+most) and ``/``, then a name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``,
+beginning and ending with an alphanumeric. A VALUE is empty or follows the name's rules. ``in``
+and ``notin`` are operators only where an operator may stand: ``in`` is a valid key and value.
 
 Field selectors ("Field Selectors"): ``field=value``, ``field==value`` and ``field!=value``
 chained with commas (AND), on the fields the kind supports (:mod:`~apiserver_sim.field_labels`);
@@ -95,9 +98,9 @@ def _integer(text: str) -> int | None:
 
 # -- the label selector's tokens ----------------------------------------------------------------
 
-_BLANKS: Final = " \t"
+_BLANKS: Final = " \t\r\n"
 _SYMBOLS: Final = ("==", "!=", "=", "!", "(", ")", ",", ">", "<")
-_WORD: Final = re.compile(r"[^ \t!=(),<>]+")
+_WORD: Final = re.compile(r"[^ \t\r\n!=(),<>]+")
 _END: Final = ""
 
 

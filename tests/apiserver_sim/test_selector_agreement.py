@@ -33,7 +33,7 @@ KEYS = ("app", "tier", "a.b", "x-y_z", "A1", "example.com/app", "k8s.io/x", "n" 
 BAD_KEYS = ("-a", "a/", "/a", "a/b/c", "Bad.com/x", "n" * 64, "a b")
 VALUES = ("", "web", "db", "7", "42", "a.b", "x_y-z", "v" * 63)
 BAD_VALUES = ("-x", "x-", "v" * 64, "a(b", "a!b")
-BLANKS = st.sampled_from(("", " ", "  ", "\t"))
+BLANKS = st.sampled_from(("", " ", "  ", "\t", "\n", "\r\n"))
 
 keys = st.sampled_from(KEYS) | st.sampled_from(BAD_KEYS)
 values = st.sampled_from(VALUES) | st.sampled_from(BAD_VALUES)
@@ -60,7 +60,7 @@ def requirements(draw: st.DrawFn) -> str:
 
 
 label_selectors = st.lists(requirements(), min_size=1, max_size=4).map(",".join) | st.text(
-    alphabet="abx=!(),<> \t",
+    alphabet="abx=!(),<> \t\r\n",
     max_size=20,  # no letters to spell "in" with (see below)
 )
 label_sets = st.dictionaries(st.sampled_from(KEYS), st.sampled_from((*VALUES, "-3", "+5")))
@@ -164,12 +164,30 @@ def _both_refuse_labels(text: str) -> None:
 
 
 @PRODUCT_DEVIATION
-@pytest.mark.parametrize("text", ["app=web\u00a0", "app\u2003=web", "app=web\n,tier"])
+@pytest.mark.parametrize("text", ["app=web\u00a0", "app\u2003=web"])
 def test_the_product_reads_any_unicode_whitespace_as_a_delimiter(text: str) -> None:
     """The documented grammar: "Delimiter is white space: (' ', '\\t')". A no-break space or an
     em space is part of the word, which is then no valid key or value; the product's lexer
     skips every ``\\s`` (``app=web\\u00a0`` selects ``app=web``)."""
     _both_refuse_labels(text)
+
+
+# -- where the API machinery's source decides (k8s.io/apimachinery) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "labels"),
+    [
+        # pkg/labels/selector.go, isWhitespace: the lexer skips " ", "\t", "\r" and "\n", though
+        # Parse's comment says "Delimiter is white space: (' ', '\t')"
+        ("app=web\n,tier", {"app": "web", "tier": ""}),
+        ("\r\napp\r\nin\n(web)\r\n", {"app": "web"}),
+    ],
+)
+def test_both_accept_the_label_selectors_kubernetes_accepts(
+    text: str, labels: dict[str, str]
+) -> None:
+    _both_accept_labels(text, labels)
 
 
 @PRODUCT_DEVIATION
