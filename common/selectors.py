@@ -135,8 +135,10 @@ class _LabelParser:
                 raise self.fail('expected a requirement after ",", found end of text')
 
     def key(self, after: str) -> str:
+        # "in" and "notin" are operators only after a key: where a key stands they are keys
+        # (the API machinery's parser reads its in/notin tokens as identifiers there).
         tok, ident = self.take()
-        if not ident or tok in ("in", "notin"):
+        if not ident:
             raise self.fail(f"expected a label key{after}, found {_shown(tok)}")
         if why := _key_problem(tok):
             raise self.fail(f"invalid label key {_q(tok)}: {why}")

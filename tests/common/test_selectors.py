@@ -42,6 +42,14 @@ from common.selectors import FieldSelector, LabelSelector, SelectorError
         ("b=1,a=2,!c", "a=2,b=1,!c"),
         ("example.com/app=web", "example.com/app=web"),
         ("app=in", "app=in"),
+        # "in" and "notin" are valid keys: Kubernetes' parser reads its in/notin tokens as
+        # identifiers wherever a key or a value stands (k8s.io/apimachinery pkg/labels/selector.go,
+        # Parser.lookahead/consume in the Values context), as operators only after a key.
+        ("in=3", "in=3"),
+        ("notin", "notin"),
+        ("!in", "!in"),
+        ("in in (in,notin)", "in in (in,notin)"),
+        ("notin notin (x),in", "in,notin notin (x)"),
         ("k=V.a-l_ue", "k=V.a-l_ue"),
         ("a.b-c_d=x", "a.b-c_d=x"),
     ],
@@ -82,7 +90,8 @@ def test_none_is_the_empty_selector() -> None:
         ("a<", 'for "<", the value must be an integer, found end of text'),
         ("a>1_0", 'for ">", the value must be an integer, found "1_0"'),
         ("a>99999999999999999999", 'the value must be an integer, found "99999999999999999999"'),
-        ("in=3", 'expected a label key, found "in"'),
+        ("in in", 'expected "(" after "in", found end of text'),
+        ("app notin in", 'expected "(" after "notin", found "in"'),
         ("-app=x", 'invalid label key "-app": the name part must consist of alphanumeric'),
         (
             "Example.com/app=x",
