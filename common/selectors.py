@@ -29,9 +29,15 @@ class SelectorError(ValueError):
 
 
 def _q(text: str) -> str:
-    """``text`` in double quotes, escaped like Go's ``%q`` would (so a message stays one
-    line even for a text with a newline in it)."""
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` in double quotes, escaped like Go's ``%q`` would: a message stays one line
+    even for a text with a newline in it, and shows a no-break space as ``\\u00a0``."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return "".join(ch if ch.isprintable() else _code_point(ch) for ch in quoted)
+
+
+def _code_point(ch: str) -> str:
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 # -- label keys and values, validated as the apiserver validates them -----------------------
@@ -74,7 +80,10 @@ def _value_problem(value: str) -> str | None:
 
 # -- the label selector lexer: the apiserver's tokens ---------------------------------------
 
-_TOKEN_RE: Final = re.compile(r"\s*(?:(==|!=|=|!|\(|\)|,|>|<)|([^\s!=(),<>]+))")
+_BLANKS: Final = " \t\r\n"
+"""What separates tokens: the apiserver's lexer skips these four only (any other character,
+a no-break space too, is part of a key or a value, which is then invalid)."""
+_TOKEN_RE: Final = re.compile(r"[ \t\r\n]*(?:(==|!=|=|!|\(|\)|,|>|<)|([^ \t\r\n!=(),<>]+))")
 _END: Final = ""
 """The token at the end of the text."""
 
@@ -91,7 +100,7 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
     while True:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            if text[pos:].strip():  # pragma: no cover - every non-space char is some token
+            if text[pos:].strip(_BLANKS):  # pragma: no cover - every other char is a token
                 raise AssertionError(text)
             out.append((_END, False))
             return out
@@ -315,7 +324,7 @@ class LabelSelector(_Canonical):
     @classmethod
     def parse(cls, text: str | None) -> LabelSelector:
         """``SelectorError`` (one line) when the apiserver would refuse ``text``."""
-        if text is None or not text.strip():
+        if text is None or not text.strip(_BLANKS):
             return cls(())
         reqs = _LabelParser(text).parse()
         # The apiserver sorts requirements by key (stably): the canonical text follows it.

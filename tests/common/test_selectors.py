@@ -50,6 +50,10 @@ from common.selectors import FieldSelector, LabelSelector, SelectorError
         ("!in", "!in"),
         ("in in (in,notin)", "in in (in,notin)"),
         ("notin notin (x),in", "in,notin notin (x)"),
+        # Only space, tab, "\r" and "\n" separate tokens (isWhitespace, the lexer of
+        # k8s.io/apimachinery pkg/labels/selector.go).
+        ("app=web\r\n,\ttier", "app=web,tier"),
+        (" \r\n\t", ""),
         ("k=V.a-l_ue", "k=V.a-l_ue"),
         ("a.b-c_d=x", "a.b-c_d=x"),
     ],
@@ -105,6 +109,13 @@ def test_none_is_the_empty_selector() -> None:
         ("app=" + "v" * 64, 'for key "app": longer than 63 characters'),
         ("app in (ok,-bad)", 'invalid label value "-bad" in the set after "in"'),
         ("app=we/b", 'invalid label value "we/b" for key "app"'),
+        # Any other blank is part of the key or value (pkg/labels/selector.go, isWhitespace),
+        # shown escaped as Go's %q shows it.
+        ("app=web\u00a0", 'invalid label value "web\\u00a0" for key "app"'),
+        ("app\u2003=web", 'invalid label key "app\\u2003": the name part must'),
+        ("\u00a0", 'invalid label key "\\u00a0"'),
+        ("app=web\x0b,tier", 'invalid label value "web\\u000b" for key "app"'),
+        ("app\x0c", 'invalid label key "app\\f"'),
     ],
 )
 def test_invalid_label_selectors_name_the_mistake(text: str, message: str) -> None:
