@@ -182,6 +182,11 @@ class _LabelParser:
             bound = _decimal(nxt) if nxt_ident else None
             if bound is None:
                 raise self.fail(f"for {_q(tok)}, the value must be an integer, found {_shown(nxt)}")
+            if nxt[0] in "+-":  # the apiserver validates it as a label value too: no sign
+                raise self.fail(
+                    f"for {_q(tok)}, the value must be an integer without a sign, found {_q(nxt)}"
+                )
+            self.value(key, nxt)  # at most 63 characters, as every value
             return (tok, key, bound)
         if ident and tok in ("in", "notin"):
             return (tok, key, self.values(tok))
@@ -311,7 +316,8 @@ class LabelSelector(_Canonical):
     requirements are ANDed. An empty text selects everything.
 
     Semantics are the API's: ``!=`` and ``notin`` match an object without the label, ``=``
-    and ``in`` do not; ``>``/``<`` need the label present with an integer value.
+    and ``in`` do not; ``>``/``<`` need the label present with an integer value. The value
+    after ``>``/``<`` is, like every value, a label value, so it carries no sign.
     """
 
     __slots__ = ("_compiled", "_reqs")

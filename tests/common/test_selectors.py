@@ -37,7 +37,7 @@ from common.selectors import FieldSelector, LabelSelector, SelectorError
         ("!tier", "!tier"),
         ("! tier", "!tier"),
         ("replicas>3", "replicas>3"),
-        ("replicas < -2", "replicas<-2"),
+        ("replicas < 007", "replicas<7"),
         ("tier,app=web", "app=web,tier"),
         ("b=1,a=2,!c", "a=2,b=1,!c"),
         ("example.com/app=web", "example.com/app=web"),
@@ -94,6 +94,11 @@ def test_none_is_the_empty_selector() -> None:
         ("a<", 'for "<", the value must be an integer, found end of text'),
         ("a>1_0", 'for ">", the value must be an integer, found "1_0"'),
         ("a>99999999999999999999", 'the value must be an integer, found "99999999999999999999"'),
+        # A >/< value must parse with strconv.ParseInt and, like every value, be a valid label
+        # value, so it has no sign (NewRequirement, k8s.io/apimachinery pkg/labels/selector.go).
+        ("replicas>-1", 'for ">", the value must be an integer without a sign, found "-1"'),
+        ("replicas<+5", 'for "<", the value must be an integer without a sign, found "+5"'),
+        ("a>" + "0" * 63 + "1", 'invalid label value "0000'),
         ("in in", 'expected "(" after "in", found end of text'),
         ("app notin in", 'expected "(" after "notin", found "in"'),
         ("-app=x", 'invalid label key "-app": the name part must consist of alphanumeric'),
@@ -175,12 +180,12 @@ TEXT = {"n": "five"}
         ("n>5", NUMERIC, False),
         ("n<6", NUMERIC, True),
         ("n<5", NUMERIC, False),
-        ("n>-1", NUMERIC, True),
+        ("n<0", {"n": "-3"}, True),  # the label's value is read with ParseInt: a sign is taken
         ("n>1", TEXT, False),
         ("n<1", TEXT, False),
         ("n<1", NONE, False),
         ("n>1", {"n": "1_000"}, False),  # Go's ParseInt refuses what Python's int() takes
-        ("n>+1", NUMERIC, True),
+        ("n>4", {"n": "+5"}, True),
         ("app=web,!tier", WEB, True),
         ("app=web,!tier", {"app": "web", "tier": "x"}, False),
         ("app=web,app!=web", WEB, False),
@@ -199,7 +204,7 @@ _requirement = st.one_of(
     st.tuples(st.just("!="), _keys, _values),
     st.tuples(st.sampled_from(["in", "notin"]), _keys, st.lists(_values, min_size=1, max_size=3)),
     st.tuples(st.sampled_from(["exists", "!"]), _keys, st.none()),
-    st.tuples(st.sampled_from([">", "<"]), _keys, st.integers(-3, 20)),
+    st.tuples(st.sampled_from([">", "<"]), _keys, st.integers(0, 20)),
 )
 _labels = st.dictionaries(_keys, _values, max_size=3)
 
