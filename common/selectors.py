@@ -356,7 +356,10 @@ class LabelSelector(_Canonical):
 
 # -- field selectors --------------------------------------------------------------------------
 
-_FIELD_SPECIAL: Final = frozenset("\\,=!")
+_ESCAPED: Final = frozenset("\\,=")
+"""What a backslash escapes in a field selector value: exactly what the apiserver's
+``fields.EscapeValue`` escapes (``!`` needs no escape, and ``\\!`` is refused)."""
+_TERM_OPERATOR: Final = re.compile("!=|==|=")
 
 
 def _split_unescaped(text: str, sep: str) -> list[str]:
@@ -375,47 +378,38 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
     return parts
 
 
-def _split_term(term: str) -> tuple[str, str, str] | None:
-    """``(field, op, raw value)`` at the first unescaped operator, as the apiserver splits."""
+def _value_problem_of_field(raw: str) -> str | None:
+    """Why the apiserver refuses ``raw`` as an (escaped) field selector value; ``None``: it
+    does not."""
     i = 0
-    while i < len(term):
-        if term[i] == "\\":
-            i += 2
-            continue
-        for op in ("!=", "==", "="):
-            if term.startswith(op, i):
-                return term[:i], op, term[i + len(op) :]
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "=":
+            return 'an "=" in a value must be escaped with a backslash'
+        if ch == "\\":
+            if i + 1 == len(raw):
+                return "it ends in a lone backslash (a backslash in a value is written as two)"
+            if raw[i + 1] not in _ESCAPED:
+                return f'a backslash escapes only a backslash, "," or "=", not {_q(raw[i + 1])}'
+            i += 1
         i += 1
     return None
 
 
-def _unescape(value: str) -> str | None:
-    out: list[str] = []
-    i = 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\":
-            if i + 1 >= len(value) or value[i + 1] not in _FIELD_SPECIAL:
-                return None
-            out.append(value[i + 1])
-            i += 2
-            continue
-        if ch in _FIELD_SPECIAL:
-            return None
-        out.append(ch)
-        i += 1
-    return "".join(out)
+def _unescape(raw: str) -> str:
+    """The value a valid escaped ``raw`` stands for."""
+    return re.sub(r"\\(.)", r"\1", raw, flags=re.DOTALL)
 
 
 def _escape(value: str) -> str:
-    return "".join("\\" + ch if ch in _FIELD_SPECIAL else ch for ch in value)
+    return "".join("\\" + ch if ch in _ESCAPED else ch for ch in value)
 
 
 class FieldSelector(_Canonical):
     """A parsed ``fieldSelector``: ``field=value`` (also ``==``) and ``field!=value``, ANDed,
     restricted to the fields the resource supports (:mod:`common.selectable_fields`).
 
-    Values use the API's escapes (``\\,``, ``\\=``, ``\\!``, ``\\\\``); an empty value is
+    Values use the API's escapes (``\\,``, ``\\=``, ``\\\\``); an empty value is
     valid (``spec.nodeName=`` selects unscheduled pods). Whitespace around a field name or a
     value is dropped (the API would keep it and then match nothing).
     """
@@ -438,19 +432,20 @@ class FieldSelector(_Canonical):
         for part in _split_unescaped(text, ","):
             if not part.strip():
                 continue  # the apiserver skips empty terms ("a=b,")
-            split = _split_term(part)
+            # The first operator splits the term, as in the apiserver: a field has no escapes.
+            split = _TERM_OPERATOR.search(part)
             if split is None:
                 raise SelectorError(
                     f"field selector {_q(text)}: {_q(part.strip())} has no =, == or != operator"
                 )
-            name, op, raw = split
+            name, op, raw = part[: split.start()], split.group(), part[split.end() :]
             name = name.strip()
-            value = _unescape(raw.strip())
-            if value is None:
+            raw = raw.strip()
+            if why := _value_problem_of_field(raw):
                 raise SelectorError(
-                    f"field selector {_q(text)}: invalid value {_q(raw.strip())} for {_q(name)} "
-                    "(escape \\ , = and ! with a backslash)"
+                    f"field selector {_q(text)}: invalid value {_q(raw)} for {_q(name)}: {why}"
                 )
+            value = _unescape(raw)
             if name not in supported:
                 where = f" for {resource}" if resource else ""
                 raise SelectorError(

@@ -296,7 +296,13 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.ph
             {"status.phase", "metadata.name"},
         ),
         ("metadata.name=a\\,b", "metadata.name=a\\,b", {"metadata.name"}),
-        ("metadata.name=a\\=b\\!\\\\", "metadata.name=a\\=b\\!\\\\", {"metadata.name"}),
+        ("metadata.name=a\\=b!\\\\", "metadata.name=a\\=b!\\\\", {"metadata.name"}),
+        # A bare "!" is part of a value: only "\\", "," and "=" are escaped, and the first
+        # operator splits a term (k8s.io/apimachinery pkg/fields/selector.go: EscapeValue,
+        # UnescapeValue, splitTerm).
+        ("metadata.name=hello!world", "metadata.name=hello!world", {"metadata.name"}),
+        ("metadata.name!=!x", "metadata.name!=!x", {"metadata.name"}),
+        ("metadata.name=!\\=x", "metadata.name=!\\=x", {"metadata.name"}),
         ("status.phase=Running,", "status.phase=Running", {"status.phase"}),
     ],
 )
@@ -319,9 +325,17 @@ def test_field_selector_grammar(text: str, canonical: str, fields: set[str]) -> 
         ("status.phase", 'field selector "status.phase": "status.phase" has no =, == or !='),
         ("=x", "field label not supported for pods: (empty)"),
         ("metadata.name=a,b", '"b" has no =, == or != operator'),
-        ("metadata.name=a=b", 'invalid value "a=b" for "metadata.name" (escape'),
-        ("metadata.name=a\\x", 'invalid value "a\\\\x" for "metadata.name"'),
-        ("metadata.name=a\\", 'invalid value "a\\\\" for "metadata.name"'),
+        (
+            "metadata.name=a=b",
+            'invalid value "a=b" for "metadata.name": an "=" in a value must be escaped with a',
+        ),
+        ("metadata.name=a\\x", 'invalid value "a\\\\x" for "metadata.name": a backslash escapes'),
+        ("metadata.name=a\\", 'invalid value "a\\\\" for "metadata.name": it ends in a lone'),
+        # "\\!" is no escape: the apiserver's UnescapeValue (pkg/fields/selector.go) refuses it.
+        ("metadata.name=a\\!b", 'a backslash escapes only a backslash, "," or "=", not "!"'),
+        # The first operator splits a term, even after a backslash (splitTerm): no escapes in
+        # a field.
+        ("metadata.name\\=x", "field label not supported for pods: metadata.name\\ ("),
     ],
 )
 def test_invalid_field_selectors_name_the_mistake(text: str, message: str) -> None:
@@ -355,6 +369,8 @@ def test_without_a_resource_the_message_names_no_resource() -> None:
             True,
         ),
         ("metadata.name=a\\,b", {"metadata.name": "a,b"}, True),
+        ("metadata.name=hello!world", {"metadata.name": "hello!world"}, True),
+        ("metadata.name!=!x", {"metadata.name": "!x"}, False),
         ("", {}, True),
     ],
 )
@@ -371,7 +387,7 @@ def test_escaped_values_round_trip_and_match_like_the_reference(
     terms: list[tuple[str, bool, str]], values: dict[str, str]
 ) -> None:
     def escape(value: str) -> str:
-        return "".join("\\" + c if c in "\\,=!" else c for c in value)
+        return "".join("\\" + c if c in "\\,=" else c for c in value)
 
     text = ",".join(f"{name}{'!=' if neg else '='}{escape(v)}" for name, neg, v in terms)
     selector = FieldSelector.parse(text, POD_FIELDS)
