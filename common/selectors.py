@@ -410,8 +410,9 @@ class FieldSelector(_Canonical):
     restricted to the fields the resource supports (:mod:`common.selectable_fields`).
 
     Values use the API's escapes (``\\,``, ``\\=``, ``\\\\``); an empty value is
-    valid (``spec.nodeName=`` selects unscheduled pods). Whitespace around a field name or a
-    value is dropped (the API would keep it and then match nothing).
+    valid (``spec.nodeName=`` selects unscheduled pods). Nothing is trimmed, as in the API: a
+    blank around a field makes it unsupported, one around a value is part of the value, and
+    blanks alone are a term with no operator.
     """
 
     __slots__ = ("_terms",)
@@ -426,21 +427,19 @@ class FieldSelector(_Canonical):
     ) -> FieldSelector:
         """``SelectorError`` (one line) when the text is malformed or names a field outside
         ``supported``; ``resource`` (e.g. ``pods``) only makes that message name it."""
-        if text is None or not text.strip():
+        if not text:
             return cls(())
         terms: list[tuple[str, bool, str]] = []
         for part in _split_unescaped(text, ","):
-            if not part.strip():
-                continue  # the apiserver skips empty terms ("a=b,")
+            if not part:
+                continue  # the apiserver skips empty terms ("a=b,"), not blank ones
             # The first operator splits the term, as in the apiserver: a field has no escapes.
             split = _TERM_OPERATOR.search(part)
             if split is None:
                 raise SelectorError(
-                    f"field selector {_q(text)}: {_q(part.strip())} has no =, == or != operator"
+                    f"field selector {_q(text)}: {_q(part)} has no =, == or != operator"
                 )
             name, op, raw = part[: split.start()], split.group(), part[split.end() :]
-            name = name.strip()
-            raw = raw.strip()
             if why := _value_problem_of_field(raw):
                 raise SelectorError(
                     f"field selector {_q(text)}: invalid value {_q(raw)} for {_q(name)}: {why}"
@@ -448,9 +447,12 @@ class FieldSelector(_Canonical):
             value = _unescape(raw)
             if name not in supported:
                 where = f" for {resource}" if resource else ""
+                shown, blanks = name or "(empty)", ""
+                if name.strip() in supported:
+                    shown, blanks = _q(name), "blanks are part of a field selector's field; "
                 raise SelectorError(
-                    f"field selector {_q(text)}: field label not supported{where}: "
-                    f"{name or '(empty)'} (supported: {', '.join(supported)})"
+                    f"field selector {_q(text)}: field label not supported{where}: {shown} "
+                    f"({blanks}supported: {', '.join(supported)})"
                 )
             terms.append((name, op == "!=", value))
         return cls(tuple(sorted(terms)))

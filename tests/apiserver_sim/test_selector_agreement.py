@@ -2,16 +2,14 @@
 (``apiserver_sim.selectors``, written from the Kubernetes documentation) agree: on generated
 selectors, both accept or both refuse, and an accepted one selects the same label sets.
 
-Where they disagree, the documentation decides which one is right. The disagreements found so
-far are the product's; they are left out of the generated selectors and pinned below as
-``xfail(strict=True)`` examples, each naming the documentation that decides it (the product's
-parser is not changed here): the product refuses the label keys ``in`` and ``notin``, treats any
-Unicode whitespace as a delimiter, takes a signed integer after ``>``/``<``, and refuses a bare
-``!`` in a field selector value. Two more differences are left out, undecided by the
-documentation, which says nothing of blanks or escapes in field selectors: the product trims
-the blanks around a field selector's field and value (and reads blanks alone as no selector),
-where the simulator keeps them as the API machinery's parser does; and the product takes ``\\!``
-as an escape.
+Where they disagreed, the Kubernetes source decided which one was right (k8s.io/apimachinery,
+``pkg/labels/selector.go`` and ``pkg/fields/selector.go``); each case is kept below as a
+parametrized example that names what the source does, and the generated selectors spell it too:
+``in`` and ``notin`` are label keys where a key stands; only space, tab, ``\\r`` and ``\\n``
+separate label selector tokens (the simulator had taken the documented space and tab only); the
+value after ``>``/``<`` has no sign; a field selector value escapes only ``\\``, ``,`` and
+``=`` (a bare ``!`` is part of it, ``\\!`` is refused); and a field selector is not trimmed
+(blanks alone are refused).
 """
 
 from __future__ import annotations
@@ -89,9 +87,9 @@ def test_the_product_and_the_simulator_agree_on_label_selectors(
 
 # -- field selectors ------------------------------------------------------------------------------
 
-FIELDS = (*supported_fields("pods"), "spec.unknown", "metadata.names", "")
+FIELDS = (*supported_fields("pods"), "spec.unknown", "metadata.names", "", " status.phase", "a ")
 FIELD_VALUES = ("", "Running", "node-1", r"a\,b", r"a\=b", r"a\\b", "a=b", "a\\", r"a\xb")
-FIELD_VALUES += ("!", "a!b", "!=", r"a\!b", r"\!")
+FIELD_VALUES += ("!", "a!b", "!=", r"a\!b", r"\!", " ", "Running ", " node-1")
 
 
 @st.composite
@@ -100,13 +98,15 @@ def field_terms(draw: st.DrawFn) -> str:
     return f"{draw(st.sampled_from(FIELDS))}{operator}{draw(st.sampled_from(FIELD_VALUES))}"
 
 
-field_selectors = st.lists(field_terms(), min_size=1, max_size=3).map(",".join)
+field_selectors = st.lists(field_terms(), min_size=1, max_size=3).map(",".join) | st.text(
+    alphabet="ab ,=!\\", max_size=8
+)
 pods = st.fixed_dictionaries({
     "metadata": st.fixed_dictionaries({
         "name": st.sampled_from(("a,b", "a=b", "a\\b", "web")),
         "namespace": st.sampled_from(("default", "shop")),
     }),
-    "spec": st.fixed_dictionaries({"nodeName": st.sampled_from(("node-1", ""))}),
+    "spec": st.fixed_dictionaries({"nodeName": st.sampled_from(("node-1", "", " node-1"))}),
     "status": st.fixed_dictionaries({"phase": st.sampled_from(("Running", "Pending"))}),
 })  # fmt: skip
 
@@ -216,13 +216,20 @@ def _fields_of(text: str) -> tuple[product.FieldSelector, simulator.FieldSelecto
         ("metadata.name=!", "!"),
         ("metadata.name!=!x", "x"),
         ("metadata.name=!\\=x", "!=x"),
+        # parseSelector trims nothing: a blank is part of the value, and only empty terms
+        # are skipped
+        ("metadata.name=x ", "x "),
+        ("metadata.name= x,", " x"),
+        (",metadata.name=x,,", "x"),
     ],
 )
 def test_both_accept_the_field_selectors_kubernetes_accepts(text: str, name: str) -> None:
     mine, theirs = _fields_of(text)
-    pod = {"metadata": {"name": name, "namespace": "default"}, "spec": {}, "status": {}}
-    assert mine.matches(field_values("pods", pod))
-    assert theirs.matches(PODS.field_values(pod))
+    for pod_name in (name, name.strip(), "other"):
+        pod = {"metadata": {"name": pod_name, "namespace": "default"}, "spec": {}, "status": {}}
+        selected = mine.matches(field_values("pods", pod))
+        assert selected == theirs.matches(PODS.field_values(pod)), pod_name
+        assert selected or pod_name != name
 
 
 def _both_refuse_fields(text: str) -> None:
@@ -240,6 +247,12 @@ def _both_refuse_fields(text: str) -> None:
         "metadata.name=hello\\!world",
         # splitTerm: a field has no escapes, the first operator splits the term
         "metadata.name\\=x",
+        # parseSelector trims nothing: blanks alone are a term with no operator, and a blank
+        # around a field makes it one the kind does not support
+        " ",
+        "metadata.name=x, ",
+        " metadata.name=x",
+        "metadata.name =x",
     ],
 )
 def test_both_refuse_the_field_selectors_kubernetes_refuses(text: str) -> None:
