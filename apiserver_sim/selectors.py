@@ -27,7 +27,9 @@ Field selectors ("Field Selectors"): ``field=value``, ``field==value`` and ``fie
 chained with commas (AND), on the fields the kind supports (:mod:`~apiserver_sim.field_labels`);
 the term splits at its first operator, and a backslash escapes ``\\``, ``,`` and ``=`` in a
 value (what the API machinery's ``fields.EscapeValue`` writes). Nothing is trimmed: ``a = b``
-names the field ``a `` and the value `` b``.
+names the field ``a `` and the value `` b``. A term with neither field nor value (``=``,
+``==``, ``!=``) selects everything: the API machinery's parser drops it (``Transform`` in its
+``fields/selector.go`` skips a requirement whose field and value are both empty).
 
 A selector the server refuses is a ``400 BadRequest`` Status whose message says why.
 """
@@ -339,6 +341,8 @@ class FieldSelector:
             if split is None:
                 raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
             field, value = term[: split.start()], _unescape(term[split.end() :])
+            if not field and not value:
+                continue  # "=" and "!=" select everything: the parser drops such a term
             if field not in resource.field_labels:
                 raise _unsupported(field, resource)
             terms.append(FieldTerm(field, value, split.group() == "!="))

@@ -412,7 +412,8 @@ class FieldSelector(_Canonical):
     Values use the API's escapes (``\\,``, ``\\=``, ``\\\\``); an empty value is
     valid (``spec.nodeName=`` selects unscheduled pods). Nothing is trimmed, as in the API: a
     blank around a field makes it unsupported, one around a value is part of the value, and
-    blanks alone are a term with no operator.
+    blanks alone are a term with no operator. A term with neither field nor value (``=``,
+    ``!=``) selects everything, as the API's parser drops it.
     """
 
     __slots__ = ("_terms",)
@@ -445,6 +446,8 @@ class FieldSelector(_Canonical):
                     f"field selector {_q(text)}: invalid value {_q(raw)} for {_q(name)}: {why}"
                 )
             value = _unescape(raw)
+            if not name and not value:
+                continue  # "=", "==", "!=": the apiserver drops a term with no field and no value
             if name not in supported:
                 where = f" for {resource}" if resource else ""
                 shown, blanks = name or "(empty)", ""

@@ -221,6 +221,10 @@ def _fields_of(text: str) -> tuple[product.FieldSelector, simulator.FieldSelecto
         ("metadata.name=x ", "x "),
         ("metadata.name= x,", " x"),
         (",metadata.name=x,,", "x"),
+        # Transform (which parseSelector applies) drops a term whose field and value are both
+        # empty: "=", "==" and "!=" alone select everything
+        ("==", "x"),
+        ("!=,metadata.name=x", "x"),
     ],
 )
 def test_both_accept_the_field_selectors_kubernetes_accepts(text: str, name: str) -> None:

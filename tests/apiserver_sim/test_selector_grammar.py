@@ -192,6 +192,10 @@ def test_the_field_examples_of_the_documentation() -> None:
     )
     assert chained.matches(always) and not chained.matches(pending)
     assert FieldSelector.parse("", PODS).empty  # --field-selector "" selects everything
+    # The API machinery's parser drops a term with neither field nor value (Transform in its
+    # fields/selector.go), so "=" alone selects everything too.
+    assert FieldSelector.parse("=", PODS).empty
+    assert FieldSelector.parse("!=,status.phase=Pending", PODS).matches(pending)
 
 
 def test_field_values_are_compared_as_the_server_renders_them() -> None:

@@ -293,6 +293,10 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.ph
         # skipped.
         ("status.phase=Running ", "status.phase=Running ", {"status.phase"}),
         (",,", "", set()),
+        # A term with neither field nor value is dropped: fields.ParseSelector's Transform skips
+        # a requirement whose field and value are both empty (pkg/fields/selector.go).
+        ("=", "", set()),
+        ("!=,status.phase==Running", "status.phase=Running", {"status.phase"}),
         ("spec.nodeName=", "spec.nodeName=", {"spec.nodeName"}),
         (
             "status.phase=Running,metadata.name!=a",
