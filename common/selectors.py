@@ -1,8 +1,11 @@
 """Label and field selectors with the Kubernetes API's grammar, validation and matching rules.
 
-One implementation serves the API simulator (which turns :class:`SelectorError` into its
-``400 BadRequest``), the reflector and the processor's per-group views, so a selector the bus
-accepts is one a real apiserver accepts too, and it selects the same objects.
+The processor's per-group views parse here the texts that the reflector hands the apiserver
+as they are, so a selector the bus accepts must be one a real apiserver accepts too, selecting
+the same objects: the rules are those of the API machinery's parsers (``k8s.io/apimachinery``,
+``pkg/labels/selector.go`` and ``pkg/fields/selector.go``), and
+``tests/apiserver_sim/test_selector_agreement.py`` checks them against the simulator's own
+parser, written apart from this one.
 
 Parsing compiles each requirement into one ``(key, members, want)`` tuple (presence is
 membership of ``None``, ``=`` a one-value set), so :meth:`LabelSelector.matches` is one loop of
