@@ -10,21 +10,26 @@ Label selectors ("Labels and Selectors", and the grammar documented for Go's
                                 | ( "in" | "notin" ) "(" VALUE ( "," VALUE )* ")"
                                 | ( ">" | "<" ) INTEGER ]
 
-Tokens are delimited by spaces and tabs; a VALUE may be empty (``x in (foo,,baz),y,z notin
-()`` is valid). ``key`` selects objects that have the label, ``!key`` those that do not;
-``!=`` and ``notin`` also select objects without the label, ``=`` and ``in`` do not; ``>`` and
-``<`` (the node selector operators ``Gt`` and ``Lt``: one value, "interpreted as an integer")
-select objects whose label is an integer above or below it. A KEY is an optional prefix (a
-DNS subdomain: lowercase DNS labels joined by dots, 253 characters at most) and ``/``, then a
-name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``, beginning and ending
-with an alphanumeric. A VALUE is empty or follows the name's rules. ``in`` and ``notin`` are
-operators only where an operator may stand: ``in`` is a valid key and value.
+Tokens are delimited by blanks: space, tab, ``\\r`` and ``\\n`` (the grammar's comment names
+only space and tab, but the API machinery's lexer, ``isWhitespace`` in its
+``labels/selector.go``, skips all four; any other character, a no-break space too, is part of a
+word). A VALUE may be empty (``x in (foo,,baz),y,z notin ()`` is valid). ``key`` selects
+objects that have the label, ``!key`` those that do not; ``!=`` and ``notin`` also select
+objects without the label, ``=`` and ``in`` do not; ``>`` and ``<`` (the node selector
+operators ``Gt`` and ``Lt``: one value, "interpreted as an integer", and like every value a
+label value, so unsigned) select objects whose label is an integer above or below it. A KEY is
+an optional prefix (a DNS subdomain: lowercase DNS labels joined by dots, 253 characters at
+most) and ``/``, then a name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``,
+beginning and ending with an alphanumeric. A VALUE is empty or follows the name's rules. ``in``
+and ``notin`` are operators only where an operator may stand: ``in`` is a valid key and value.
 
 Field selectors ("Field Selectors"): ``field=value``, ``field==value`` and ``field!=value``
 chained with commas (AND), on the fields the kind supports (:mod:`~apiserver_sim.field_labels`);
 the term splits at its first operator, and a backslash escapes ``\\``, ``,`` and ``=`` in a
 value (what the API machinery's ``fields.EscapeValue`` writes). Nothing is trimmed: ``a = b``
-names the field ``a `` and the value `` b``.
+names the field ``a `` and the value `` b``. A term with neither field nor value (``=``,
+``==``, ``!=``) selects everything: the API machinery's parser drops it (``Transform`` in its
+``fields/selector.go`` skips a requirement whose field and value are both empty).
 
 A selector the server refuses is a ``400 BadRequest`` Status whose message says why.
 """
@@ -95,9 +100,9 @@ def _integer(text: str) -> int | None:
 
 # -- the label selector's tokens ----------------------------------------------------------------
 
-_BLANKS: Final = " \t"
+_BLANKS: Final = " \t\r\n"
 _SYMBOLS: Final = ("==", "!=", "=", "!", "(", ")", ",", ">", "<")
-_WORD: Final = re.compile(r"[^ \t!=(),<>]+")
+_WORD: Final = re.compile(r"[^ \t\r\n!=(),<>]+")
 _END: Final = ""
 
 
@@ -336,6 +341,8 @@ class FieldSelector:
             if split is None:
                 raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
             field, value = term[: split.start()], _unescape(term[split.end() :])
+            if not field and not value:
+                continue  # "=" and "!=" select everything: the parser drops such a term
             if field not in resource.field_labels:
                 raise _unsupported(field, resource)
             terms.append(FieldTerm(field, value, split.group() == "!="))

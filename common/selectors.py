@@ -1,8 +1,11 @@
 """Label and field selectors with the Kubernetes API's grammar, validation and matching rules.
 
-One implementation serves the API simulator (which turns :class:`SelectorError` into its
-``400 BadRequest``), the reflector and the processor's per-group views, so a selector the bus
-accepts is one a real apiserver accepts too, and it selects the same objects.
+The processor's per-group views parse here the texts that the reflector hands the apiserver
+as they are, so a selector the bus accepts must be one a real apiserver accepts too, selecting
+the same objects: the rules are those of the API machinery's parsers (``k8s.io/apimachinery``,
+``pkg/labels/selector.go`` and ``pkg/fields/selector.go``), and
+``tests/apiserver_sim/test_selector_agreement.py`` checks them against the simulator's own
+parser, written apart from this one.
 
 Parsing compiles each requirement into one ``(key, members, want)`` tuple (presence is
 membership of ``None``, ``=`` a one-value set), so :meth:`LabelSelector.matches` is one loop of
@@ -29,9 +32,15 @@ class SelectorError(ValueError):
 
 
 def _q(text: str) -> str:
-    """``text`` in double quotes, escaped like Go's ``%q`` would (so a message stays one
-    line even for a text with a newline in it)."""
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` in double quotes, escaped like Go's ``%q`` would: a message stays one line
+    even for a text with a newline in it, and shows a no-break space as ``\\u00a0``."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return "".join(ch if ch.isprintable() else _code_point(ch) for ch in quoted)
+
+
+def _code_point(ch: str) -> str:
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 # -- label keys and values, validated as the apiserver validates them -----------------------
@@ -74,7 +83,10 @@ def _value_problem(value: str) -> str | None:
 
 # -- the label selector lexer: the apiserver's tokens ---------------------------------------
 
-_TOKEN_RE: Final = re.compile(r"\s*(?:(==|!=|=|!|\(|\)|,|>|<)|([^\s!=(),<>]+))")
+_BLANKS: Final = " \t\r\n"
+"""What separates tokens: the apiserver's lexer skips these four only (any other character,
+a no-break space too, is part of a key or a value, which is then invalid)."""
+_TOKEN_RE: Final = re.compile(r"[ \t\r\n]*(?:(==|!=|=|!|\(|\)|,|>|<)|([^ \t\r\n!=(),<>]+))")
 _END: Final = ""
 """The token at the end of the text."""
 
@@ -91,7 +103,7 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
     while True:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            if text[pos:].strip():  # pragma: no cover - every non-space char is some token
+            if text[pos:].strip(_BLANKS):  # pragma: no cover - every other char is a token
                 raise AssertionError(text)
             out.append((_END, False))
             return out
@@ -135,8 +147,10 @@ class _LabelParser:
                 raise self.fail('expected a requirement after ",", found end of text')
 
     def key(self, after: str) -> str:
+        # "in" and "notin" are operators only after a key: where a key stands they are keys
+        # (the API machinery's parser reads its in/notin tokens as identifiers there).
         tok, ident = self.take()
-        if not ident or tok in ("in", "notin"):
+        if not ident:
             raise self.fail(f"expected a label key{after}, found {_shown(tok)}")
         if why := _key_problem(tok):
             raise self.fail(f"invalid label key {_q(tok)}: {why}")
@@ -171,6 +185,11 @@ class _LabelParser:
             bound = _decimal(nxt) if nxt_ident else None
             if bound is None:
                 raise self.fail(f"for {_q(tok)}, the value must be an integer, found {_shown(nxt)}")
+            if nxt[0] in "+-":  # the apiserver validates it as a label value too: no sign
+                raise self.fail(
+                    f"for {_q(tok)}, the value must be an integer without a sign, found {_q(nxt)}"
+                )
+            self.value(key, nxt)  # at most 63 characters, as every value
             return (tok, key, bound)
         if ident and tok in ("in", "notin"):
             return (tok, key, self.values(tok))
@@ -300,7 +319,8 @@ class LabelSelector(_Canonical):
     requirements are ANDed. An empty text selects everything.
 
     Semantics are the API's: ``!=`` and ``notin`` match an object without the label, ``=``
-    and ``in`` do not; ``>``/``<`` need the label present with an integer value.
+    and ``in`` do not; ``>``/``<`` need the label present with an integer value. The value
+    after ``>``/``<`` is, like every value, a label value, so it carries no sign.
     """
 
     __slots__ = ("_compiled", "_reqs")
@@ -313,7 +333,7 @@ class LabelSelector(_Canonical):
     @classmethod
     def parse(cls, text: str | None) -> LabelSelector:
         """``SelectorError`` (one line) when the apiserver would refuse ``text``."""
-        if text is None or not text.strip():
+        if text is None or not text.strip(_BLANKS):
             return cls(())
         reqs = _LabelParser(text).parse()
         # The apiserver sorts requirements by key (stably): the canonical text follows it.
@@ -339,7 +359,10 @@ class LabelSelector(_Canonical):
 
 # -- field selectors --------------------------------------------------------------------------
 
-_FIELD_SPECIAL: Final = frozenset("\\,=!")
+_ESCAPED: Final = frozenset("\\,=")
+"""What a backslash escapes in a field selector value: exactly what the apiserver's
+``fields.EscapeValue`` escapes (``!`` needs no escape, and ``\\!`` is refused)."""
+_TERM_OPERATOR: Final = re.compile("!=|==|=")
 
 
 def _split_unescaped(text: str, sep: str) -> list[str]:
@@ -358,49 +381,42 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
     return parts
 
 
-def _split_term(term: str) -> tuple[str, str, str] | None:
-    """``(field, op, raw value)`` at the first unescaped operator, as the apiserver splits."""
+def _value_problem_of_field(raw: str) -> str | None:
+    """Why the apiserver refuses ``raw`` as an (escaped) field selector value; ``None``: it
+    does not."""
     i = 0
-    while i < len(term):
-        if term[i] == "\\":
-            i += 2
-            continue
-        for op in ("!=", "==", "="):
-            if term.startswith(op, i):
-                return term[:i], op, term[i + len(op) :]
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "=":
+            return 'an "=" in a value must be escaped with a backslash'
+        if ch == "\\":
+            if i + 1 == len(raw):
+                return "it ends in a lone backslash (a backslash in a value is written as two)"
+            if raw[i + 1] not in _ESCAPED:
+                return f'a backslash escapes only a backslash, "," or "=", not {_q(raw[i + 1])}'
+            i += 1
         i += 1
     return None
 
 
-def _unescape(value: str) -> str | None:
-    out: list[str] = []
-    i = 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\":
-            if i + 1 >= len(value) or value[i + 1] not in _FIELD_SPECIAL:
-                return None
-            out.append(value[i + 1])
-            i += 2
-            continue
-        if ch in _FIELD_SPECIAL:
-            return None
-        out.append(ch)
-        i += 1
-    return "".join(out)
+def _unescape(raw: str) -> str:
+    """The value a valid escaped ``raw`` stands for."""
+    return re.sub(r"\\(.)", r"\1", raw, flags=re.DOTALL)
 
 
 def _escape(value: str) -> str:
-    return "".join("\\" + ch if ch in _FIELD_SPECIAL else ch for ch in value)
+    return "".join("\\" + ch if ch in _ESCAPED else ch for ch in value)
 
 
 class FieldSelector(_Canonical):
     """A parsed ``fieldSelector``: ``field=value`` (also ``==``) and ``field!=value``, ANDed,
     restricted to the fields the resource supports (:mod:`common.selectable_fields`).
 
-    Values use the API's escapes (``\\,``, ``\\=``, ``\\!``, ``\\\\``); an empty value is
-    valid (``spec.nodeName=`` selects unscheduled pods). Whitespace around a field name or a
-    value is dropped (the API would keep it and then match nothing).
+    Values use the API's escapes (``\\,``, ``\\=``, ``\\\\``); an empty value is
+    valid (``spec.nodeName=`` selects unscheduled pods). Nothing is trimmed, as in the API: a
+    blank around a field makes it unsupported, one around a value is part of the value, and
+    blanks alone are a term with no operator. A term with neither field nor value (``=``,
+    ``!=``) selects everything, as the API's parser drops it.
     """
 
     __slots__ = ("_terms",)
@@ -415,30 +431,34 @@ class FieldSelector(_Canonical):
     ) -> FieldSelector:
         """``SelectorError`` (one line) when the text is malformed or names a field outside
         ``supported``; ``resource`` (e.g. ``pods``) only makes that message name it."""
-        if text is None or not text.strip():
+        if not text:
             return cls(())
         terms: list[tuple[str, bool, str]] = []
         for part in _split_unescaped(text, ","):
-            if not part.strip():
-                continue  # the apiserver skips empty terms ("a=b,")
-            split = _split_term(part)
+            if not part:
+                continue  # the apiserver skips empty terms ("a=b,"), not blank ones
+            # The first operator splits the term, as in the apiserver: a field has no escapes.
+            split = _TERM_OPERATOR.search(part)
             if split is None:
                 raise SelectorError(
-                    f"field selector {_q(text)}: {_q(part.strip())} has no =, == or != operator"
+                    f"field selector {_q(text)}: {_q(part)} has no =, == or != operator"
                 )
-            name, op, raw = split
-            name = name.strip()
-            value = _unescape(raw.strip())
-            if value is None:
+            name, op, raw = part[: split.start()], split.group(), part[split.end() :]
+            if why := _value_problem_of_field(raw):
                 raise SelectorError(
-                    f"field selector {_q(text)}: invalid value {_q(raw.strip())} for {_q(name)} "
-                    "(escape \\ , = and ! with a backslash)"
+                    f"field selector {_q(text)}: invalid value {_q(raw)} for {_q(name)}: {why}"
                 )
+            value = _unescape(raw)
+            if not name and not value:
+                continue  # "=", "==", "!=": the apiserver drops a term with no field and no value
             if name not in supported:
                 where = f" for {resource}" if resource else ""
+                shown, blanks = name or "(empty)", ""
+                if name.strip() in supported:
+                    shown, blanks = _q(name), "blanks are part of a field selector's field; "
                 raise SelectorError(
-                    f"field selector {_q(text)}: field label not supported{where}: "
-                    f"{name or '(empty)'} (supported: {', '.join(supported)})"
+                    f"field selector {_q(text)}: field label not supported{where}: {shown} "
+                    f"({blanks}supported: {', '.join(supported)})"
                 )
             terms.append((name, op == "!=", value))
         return cls(tuple(sorted(terms)))

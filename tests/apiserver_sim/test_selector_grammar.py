@@ -159,7 +159,9 @@ def test_invalid_label_keys_are_refused(key: str) -> None:
         "a>99999999999999999999",  # a 64-bit one
         "=a",
         "a=(b)",
-        "a\u00a0=b",  # only spaces and tabs delimit tokens
+        "a\u00a0=b",  # a no-break space is no blank: it is part of the key
+        "a=b\u00a0",
+        "a=b\x0b",  # nor is a vertical tab
     ],
 )
 def test_invalid_label_selectors_are_refused(selector: str) -> None:
@@ -169,8 +171,12 @@ def test_invalid_label_selectors_are_refused(selector: str) -> None:
     assert refused.value.message.startswith("unable to parse requirement: ")
 
 
-def test_spaces_and_tabs_delimit_tokens() -> None:
+def test_spaces_tabs_and_line_breaks_delimit_tokens() -> None:
+    """The API machinery's lexer (``isWhitespace``, ``labels/selector.go``) skips space, tab,
+    ``\\r`` and ``\\n``, though the grammar's comment names only space and tab."""
     assert LabelSelector.parse("\ta \t in\t( b ,c ) , ! d ").matches({"a": "c"})
+    assert LabelSelector.parse("app=web\r\n,\ntier").matches({"app": "web", "tier": ""})
+    assert LabelSelector.parse(" \r\n\t").empty
 
 
 def test_the_field_examples_of_the_documentation() -> None:
@@ -186,6 +192,10 @@ def test_the_field_examples_of_the_documentation() -> None:
     )
     assert chained.matches(always) and not chained.matches(pending)
     assert FieldSelector.parse("", PODS).empty  # --field-selector "" selects everything
+    # The API machinery's parser drops a term with neither field nor value (Transform in its
+    # fields/selector.go), so "=" alone selects everything too.
+    assert FieldSelector.parse("=", PODS).empty
+    assert FieldSelector.parse("!=,status.phase=Pending", PODS).matches(pending)
 
 
 def test_field_values_are_compared_as_the_server_renders_them() -> None:

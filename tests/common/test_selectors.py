@@ -37,11 +37,23 @@ from common.selectors import FieldSelector, LabelSelector, SelectorError
         ("!tier", "!tier"),
         ("! tier", "!tier"),
         ("replicas>3", "replicas>3"),
-        ("replicas < -2", "replicas<-2"),
+        ("replicas < 007", "replicas<7"),
         ("tier,app=web", "app=web,tier"),
         ("b=1,a=2,!c", "a=2,b=1,!c"),
         ("example.com/app=web", "example.com/app=web"),
         ("app=in", "app=in"),
+        # "in" and "notin" are valid keys: Kubernetes' parser reads its in/notin tokens as
+        # identifiers wherever a key or a value stands (k8s.io/apimachinery pkg/labels/selector.go,
+        # Parser.lookahead/consume in the Values context), as operators only after a key.
+        ("in=3", "in=3"),
+        ("notin", "notin"),
+        ("!in", "!in"),
+        ("in in (in,notin)", "in in (in,notin)"),
+        ("notin notin (x),in", "in,notin notin (x)"),
+        # Only space, tab, "\r" and "\n" separate tokens (isWhitespace, the lexer of
+        # k8s.io/apimachinery pkg/labels/selector.go).
+        ("app=web\r\n,\ttier", "app=web,tier"),
+        (" \r\n\t", ""),
         ("k=V.a-l_ue", "k=V.a-l_ue"),
         ("a.b-c_d=x", "a.b-c_d=x"),
     ],
@@ -82,7 +94,13 @@ def test_none_is_the_empty_selector() -> None:
         ("a<", 'for "<", the value must be an integer, found end of text'),
         ("a>1_0", 'for ">", the value must be an integer, found "1_0"'),
         ("a>99999999999999999999", 'the value must be an integer, found "99999999999999999999"'),
-        ("in=3", 'expected a label key, found "in"'),
+        # A >/< value must parse with strconv.ParseInt and, like every value, be a valid label
+        # value, so it has no sign (NewRequirement, k8s.io/apimachinery pkg/labels/selector.go).
+        ("replicas>-1", 'for ">", the value must be an integer without a sign, found "-1"'),
+        ("replicas<+5", 'for "<", the value must be an integer without a sign, found "+5"'),
+        ("a>" + "0" * 63 + "1", 'invalid label value "0000'),
+        ("in in", 'expected "(" after "in", found end of text'),
+        ("app notin in", 'expected "(" after "notin", found "in"'),
         ("-app=x", 'invalid label key "-app": the name part must consist of alphanumeric'),
         (
             "Example.com/app=x",
@@ -96,6 +114,13 @@ def test_none_is_the_empty_selector() -> None:
         ("app=" + "v" * 64, 'for key "app": longer than 63 characters'),
         ("app in (ok,-bad)", 'invalid label value "-bad" in the set after "in"'),
         ("app=we/b", 'invalid label value "we/b" for key "app"'),
+        # Any other blank is part of the key or value (pkg/labels/selector.go, isWhitespace),
+        # shown escaped as Go's %q shows it.
+        ("app=web\u00a0", 'invalid label value "web\\u00a0" for key "app"'),
+        ("app\u2003=web", 'invalid label key "app\\u2003": the name part must'),
+        ("\u00a0", 'invalid label key "\\u00a0"'),
+        ("app=web\x0b,tier", 'invalid label value "web\\u000b" for key "app"'),
+        ("app\x0c", 'invalid label key "app\\f"'),
     ],
 )
 def test_invalid_label_selectors_name_the_mistake(text: str, message: str) -> None:
@@ -155,12 +180,12 @@ TEXT = {"n": "five"}
         ("n>5", NUMERIC, False),
         ("n<6", NUMERIC, True),
         ("n<5", NUMERIC, False),
-        ("n>-1", NUMERIC, True),
+        ("n<0", {"n": "-3"}, True),  # the label's value is read with ParseInt: a sign is taken
         ("n>1", TEXT, False),
         ("n<1", TEXT, False),
         ("n<1", NONE, False),
         ("n>1", {"n": "1_000"}, False),  # Go's ParseInt refuses what Python's int() takes
-        ("n>+1", NUMERIC, True),
+        ("n>4", {"n": "+5"}, True),
         ("app=web,!tier", WEB, True),
         ("app=web,!tier", {"app": "web", "tier": "x"}, False),
         ("app=web,app!=web", WEB, False),
@@ -179,7 +204,7 @@ _requirement = st.one_of(
     st.tuples(st.just("!="), _keys, _values),
     st.tuples(st.sampled_from(["in", "notin"]), _keys, st.lists(_values, min_size=1, max_size=3)),
     st.tuples(st.sampled_from(["exists", "!"]), _keys, st.none()),
-    st.tuples(st.sampled_from([">", "<"]), _keys, st.integers(-3, 20)),
+    st.tuples(st.sampled_from([">", "<"]), _keys, st.integers(0, 20)),
 )
 _labels = st.dictionaries(_keys, _values, max_size=3)
 
@@ -263,7 +288,15 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.ph
         ("status.phase=Running", "status.phase=Running", {"status.phase"}),
         ("status.phase==Running", "status.phase=Running", {"status.phase"}),
         ("status.phase!=Running", "status.phase!=Running", {"status.phase"}),
-        (" status.phase = Running ", "status.phase=Running", {"status.phase"}),
+        # Nothing is trimmed, as in the apiserver's fields.ParseSelector (k8s.io/apimachinery
+        # pkg/fields/selector.go): a blank is part of the value, and only empty terms are
+        # skipped.
+        ("status.phase=Running ", "status.phase=Running ", {"status.phase"}),
+        (",,", "", set()),
+        # A term with neither field nor value is dropped: fields.ParseSelector's Transform skips
+        # a requirement whose field and value are both empty (pkg/fields/selector.go).
+        ("=", "", set()),
+        ("!=,status.phase==Running", "status.phase=Running", {"status.phase"}),
         ("spec.nodeName=", "spec.nodeName=", {"spec.nodeName"}),
         (
             "status.phase=Running,metadata.name!=a",
@@ -271,7 +304,13 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.ph
             {"status.phase", "metadata.name"},
         ),
         ("metadata.name=a\\,b", "metadata.name=a\\,b", {"metadata.name"}),
-        ("metadata.name=a\\=b\\!\\\\", "metadata.name=a\\=b\\!\\\\", {"metadata.name"}),
+        ("metadata.name=a\\=b!\\\\", "metadata.name=a\\=b!\\\\", {"metadata.name"}),
+        # A bare "!" is part of a value: only "\\", "," and "=" are escaped, and the first
+        # operator splits a term (k8s.io/apimachinery pkg/fields/selector.go: EscapeValue,
+        # UnescapeValue, splitTerm).
+        ("metadata.name=hello!world", "metadata.name=hello!world", {"metadata.name"}),
+        ("metadata.name!=!x", "metadata.name!=!x", {"metadata.name"}),
+        ("metadata.name=!\\=x", "metadata.name=!\\=x", {"metadata.name"}),
         ("status.phase=Running,", "status.phase=Running", {"status.phase"}),
     ],
 )
@@ -294,9 +333,25 @@ def test_field_selector_grammar(text: str, canonical: str, fields: set[str]) -> 
         ("status.phase", 'field selector "status.phase": "status.phase" has no =, == or !='),
         ("=x", "field label not supported for pods: (empty)"),
         ("metadata.name=a,b", '"b" has no =, == or != operator'),
-        ("metadata.name=a=b", 'invalid value "a=b" for "metadata.name" (escape'),
-        ("metadata.name=a\\x", 'invalid value "a\\\\x" for "metadata.name"'),
-        ("metadata.name=a\\", 'invalid value "a\\\\" for "metadata.name"'),
+        # Blanks are not trimmed (pkg/fields/selector.go, parseSelector): blanks alone are a term
+        # without an operator, and a blank around a field makes it unsupported.
+        (" ", 'field selector " ": " " has no =, == or != operator'),
+        ("status.phase=Running, ", '" " has no =, == or != operator'),
+        (
+            " status.phase = Running",
+            'field label not supported for pods: " status.phase " (blanks are part of a field',
+        ),
+        (
+            "metadata.name=a=b",
+            'invalid value "a=b" for "metadata.name": an "=" in a value must be escaped with a',
+        ),
+        ("metadata.name=a\\x", 'invalid value "a\\\\x" for "metadata.name": a backslash escapes'),
+        ("metadata.name=a\\", 'invalid value "a\\\\" for "metadata.name": it ends in a lone'),
+        # "\\!" is no escape: the apiserver's UnescapeValue (pkg/fields/selector.go) refuses it.
+        ("metadata.name=a\\!b", 'a backslash escapes only a backslash, "," or "=", not "!"'),
+        # The first operator splits a term, even after a backslash (splitTerm): no escapes in
+        # a field.
+        ("metadata.name\\=x", "field label not supported for pods: metadata.name\\ ("),
     ],
 )
 def test_invalid_field_selectors_name_the_mistake(text: str, message: str) -> None:
@@ -330,6 +385,9 @@ def test_without_a_resource_the_message_names_no_resource() -> None:
             True,
         ),
         ("metadata.name=a\\,b", {"metadata.name": "a,b"}, True),
+        ("metadata.name=hello!world", {"metadata.name": "hello!world"}, True),
+        ("status.phase=Running ", {"status.phase": "Running"}, False),
+        ("metadata.name!=!x", {"metadata.name": "!x"}, False),
         ("", {}, True),
     ],
 )
@@ -337,7 +395,7 @@ def test_field_matching_truth_table(text: str, values: dict[str, str], expected:
     assert FieldSelector.parse(text, POD_FIELDS).matches(values) is expected
 
 
-_field_values = st.text(alphabet="ab,=!\\ x", max_size=6).map(str.strip)
+_field_values = st.text(alphabet="ab,=!\\ x", max_size=6)
 
 
 @given(st.lists(st.tuples(st.sampled_from(POD_FIELDS), st.booleans(), _field_values), max_size=4),
@@ -346,7 +404,7 @@ def test_escaped_values_round_trip_and_match_like_the_reference(
     terms: list[tuple[str, bool, str]], values: dict[str, str]
 ) -> None:
     def escape(value: str) -> str:
-        return "".join("\\" + c if c in "\\,=!" else c for c in value)
+        return "".join("\\" + c if c in "\\,=" else c for c in value)
 
     text = ",".join(f"{name}{'!=' if neg else '='}{escape(v)}" for name, neg, v in terms)
     selector = FieldSelector.parse(text, POD_FIELDS)
