@@ -273,8 +273,10 @@ def notes(report: dict[str, Any]) -> list[str]:
         "row's p99 over informer-bus' best p99. target: the minimum ratio (or the maximum p99) "
         "the issue asks for.",
         "initial sync: informer-bus = its cold start: the reflector and 4 processors spawned "
-        "together on an empty Redis, until the handlers saw every pod (interpreter start-up "
-        "included: what a user waits for); the peers from their own start (imports done). The "
+        "together on an empty Redis, until the handlers saw every pod and every processor is "
+        "ready with its share of the shards (interpreter start-up included: what a user waits "
+        "for; 'handled_seconds' in the JSON: when the handlers' count reached the pods); the "
+        "peers from their own start (imports done). The "
         "bare loop and the Watch only list (no handler call per listed pod); SharedInformer and "
         "kopf until their handler saw every pod.",
         "warm restart: processors started on the filled Redis (no API LIST), from the first "
