@@ -116,6 +116,22 @@ def median_round(rounds: list[Result]) -> Result:
     return replace(middle, extra=extra)
 
 
+def median_burst(bursts: list[Result]) -> Result:
+    """The median round of a configuration's bursts (:func:`median_round`), with the threads
+    of its processors over every round: the most at once, as a bound is judged, and each
+    round's in ``runs``."""
+    row = median_round(bursts)
+    peaks = [r.extra["threads"]["peak"] for r in bursts]
+    row.extra["threads"] = {
+        **row.extra["threads"],
+        "peak": max(peaks),
+        "distinct": max(r.extra["threads"]["distinct"] for r in bursts),
+        "samples": sum(r.extra["threads"]["samples"] for r in bursts),
+        "runs": peaks,
+    }
+    return row
+
+
 def median_rounds(runs: list[list[Result]]) -> list[Result]:
     """One row per workload out of a contender's repeated runs, every round of every run pooled
     (:func:`median_round`); a workload measured once keeps its single result as it is.
