@@ -14,7 +14,12 @@ pair per processor process (``<pid>`` is the child's process id):
 
 The handler thread only appends to a deque; a flusher thread writes both files every 20 ms
 (and once more at ``stop``, if the processor calls it), so the handler's own cost stays a few
-attribute lookups.
+attribute lookups. That flusher is the one thread a bench handler adds to the process it runs
+in (:attr:`Reporting.threads`): a count of a processor's threads leaves it out.
+
+:class:`KeyOnly` writes no ``updates`` file: it reads nothing of an object but its key, so it
+cannot see the commit stamp; its stats carry the clock of its last ``on_update`` instead, which
+is all a burst needs (:meth:`processor_group.Group.last_update`).
 """
 
 from __future__ import annotations
@@ -30,8 +35,20 @@ from typing import Any, NamedTuple
 import orjson
 
 from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
+from common.keys import meta_namespace_key
 
-__all__ = ["DIR_ENV", "RECORD", "IoBound", "Null", "Trivial", "Update", "handler_clock_ns"]
+__all__ = [
+    "DIR_ENV",
+    "RECORD",
+    "IoBound",
+    "KeyOnly",
+    "Null",
+    "Reporting",
+    "Trivial",
+    "Update",
+    "handler_clock_ns",
+    "records_updates",
+]
 
 DIR_ENV = "BENCH_PIPELINE_DIR"
 RECORD = struct.Struct("<qqq")
@@ -60,23 +77,63 @@ class Update(NamedTuple):
         return self.handled_ns / 1e9
 
 
-class Trivial:
-    """Counts events and stamps every update; does nothing else."""
+class Reporting:
+    """Counts a handler's calls and writes them, with whatever else it keeps (:meth:`_flush`),
+    to ``$BENCH_PIPELINE_DIR`` from one flusher thread, so the calls themselves stay cheap."""
 
-    delay = 0.0
-    """Seconds of (simulated) I/O per live event."""
+    threads = 1
+    """Threads this adds to the process it runs in (the flusher): not the processor's own."""
+    writes_updates = False
+    """Whether it writes ``updates-<pid>.bin`` (:class:`Trivial`), or only its stats."""
 
-    def __init__(self, context: Any = None) -> None:
+    def __init__(self) -> None:
         self.dir = Path(os.environ[DIR_ENV])
         self.pid = os.getpid()
         self.counts = {"initial_adds": 0, "adds": 0, "updates": 0, "deletes": 0}
-        self._records: collections.deque[bytes] = collections.deque()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._flush_loop, name="bench-flush", daemon=True)
-        self._pack = RECORD.pack
         # Started here too, so the in-process readers of bench/compare.py, which call no
         # start(), flush as well; the processor's own start() call is then a no-op.
         self.start()
+
+    # --- lifecycle (called by the processor) ----------------------------------------------
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._flush()
+
+    def _flush_loop(self) -> None:
+        while not self._stopping.wait(_FLUSH_INTERVAL):
+            self._flush()
+
+    def _flush(self) -> None:
+        self._write_stats({"pid": self.pid, **self.counts})
+
+    def _write_stats(self, stats: dict[str, int]) -> None:
+        path = self.dir / f"stats-{self.pid}.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps(stats))
+        os.replace(temporary, path)
+
+
+class Trivial(Reporting):
+    """Counts events and stamps every update, reading ``new``'s annotations for the simulator's
+    churn step and commit stamp; does nothing else."""
+
+    delay = 0.0
+    """Seconds of (simulated) I/O per live event."""
+    writes_updates = True
+
+    def __init__(self, context: Any = None) -> None:
+        self._records: collections.deque[bytes] = collections.deque()
+        self._pack = RECORD.pack
+        super().__init__()
 
     # --- the handler ----------------------------------------------------------------------
 
@@ -107,32 +164,45 @@ class Trivial:
         if self.delay:
             time.sleep(self.delay)
 
-    # --- lifecycle (called by the processor) ----------------------------------------------
-
-    def start(self) -> None:
-        if not self._thread.is_alive():
-            self._thread.start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self._flush()
-
-    def _flush_loop(self) -> None:
-        while not self._stopping.wait(_FLUSH_INTERVAL):
-            self._flush()
-
     def _flush(self) -> None:
         records = self._records
         chunk = [records.popleft() for _ in range(len(records))]
         if chunk:
             with (self.dir / f"updates-{self.pid}.bin").open("ab") as out:
                 out.write(b"".join(chunk))
-        stats = self.dir / f"stats-{self.pid}.json"
-        temporary = stats.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps({"pid": self.pid, **self.counts}))
-        os.replace(temporary, stats)
+        super()._flush()
+
+
+class KeyOnly(Reporting):
+    """Counts every call and takes the object's key, nothing else of it (issue 35: what the
+    processor itself costs when a handler reads nothing of the objects it is given; ``old`` is
+    never touched, and of ``new`` only what :func:`common.keys.meta_namespace_key` reads).
+
+    With no commit stamp it reports no latency: its stats carry ``last_update_ns``, the clock
+    of its latest ``on_update``, for a burst's end."""
+
+    def __init__(self, context: Any = None) -> None:
+        self.last_key = ""
+        self.last_update_ns = 0
+        super().__init__()
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        self.last_key = meta_namespace_key(obj)
+        self.counts["initial_adds" if is_in_initial_list else "adds"] += 1
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.last_key = meta_namespace_key(new)
+        self.last_update_ns = handler_clock_ns()  # written before the count the bench waits on
+        self.counts["updates"] += 1
+
+    def on_delete(self, obj: Any) -> None:
+        self.last_key = meta_namespace_key(obj)  # a tombstone's key too
+        self.counts["deletes"] += 1
+
+    def _flush(self) -> None:
+        # The counts before the clock: a count the bench reads as final comes with the clock
+        # of that very call (the call writes the clock first).
+        self._write_stats({"pid": self.pid, **self.counts, "last_update_ns": self.last_update_ns})
 
 
 class Null:
@@ -158,3 +228,10 @@ class IoBound(Trivial):
     list do not wait: the bench measures the watch events, not a 200-second initial sync."""
 
     delay = 0.002
+
+
+def records_updates(spec: str) -> bool:
+    """Whether the handler ``bench_handlers:Class`` writes an ``updates`` file (a record per
+    update, latency included), or at most its counts (:class:`KeyOnly`, :class:`Null`)."""
+    handler = globals().get(spec.rpartition(":")[2])
+    return bool(getattr(handler, "writes_updates", False))

@@ -21,7 +21,9 @@ process so that its peak RSS (``VmHWM``) is its own:
 * ``bare urllib3+orjson``: paginated LIST decoding each page, then a watch loop decoding every
   line -- the practical limit of a Python reader that does nothing else;
 * ``informer-bus``: one ``python -m reflector_svc`` child into the private Redis and 1, 2, then
-  4 ``python -m processor_svc`` children (bench/pipeline.py's code).
+  4 ``python -m processor_svc`` children (bench/pipeline.py's code); and, for issue 35, 1
+  processor whose handler reads nothing of an object but its key (``bench_handlers:KeyOnly``,
+  ``informer-bus, 1 processor, key-only``): bursts only, right after the 1-processor rows.
 
 Every contender calls the same handler (``bench_handlers:Trivial``: it counts, and records every
 update's churn step, the simulator's commit stamp and its own CLOCK_MONOTONIC reading), on the
@@ -30,8 +32,8 @@ same pods, for three workloads:
 * **initial sync** of ``--pods`` pods: a contender's own LIST (or watch) until it holds every
   object (the ones with event handlers: until the handler saw every object). informer-bus: its
   **cold start**, the reflector and 4 processors spawned together on an empty Redis, until the
-  handlers saw every pod (what a user waits for; processors wait for the reflector's list to
-  reach every shard, then take their shards over);
+  handlers saw every pod and every processor is ready with its share of the shards (what a
+  user waits for);
 * **warm restart** (informer-bus only): 1, 2 and 4 processors restarted on the filled Redis,
   no API LIST, from their start-up line until all are ready with a balanced assignment; its
   yardstick is the bare reader's LIST. Each configuration restarts ``--rounds`` times, and
@@ -44,7 +46,11 @@ same pods, for three workloads:
   of all of them (runs 13 and 14, with one burst per run, put 4 burst rows apart by 30 %: the
   yardstick's median moved by 19 %);
 * **watch burst** of ``--burst`` updates generated while the simulator holds the watch
-  streams, then released at once; from the first burst update a handler saw to the last;
+  streams, then released at once; from the first burst update a handler saw to the last (the
+  key-only handler records no update: from the release to its last call). While informer-bus'
+  processors burst, a thread looks at each one's ``/proc/<pid>/task`` every 5 ms: the most
+  threads it ran at once (``threads`` in the JSON, the bench handler's one flusher included
+  in ``peak`` and left out of the target);
 * **steady** churn at ``--steady-rate`` updates/s for ``--steady-seconds``: the latency of
   every update from its commit in the simulator to its handler call, p50/p99: the handler's
   clock minus the stamp the simulator wrote into the update as it committed it, both
@@ -67,14 +73,21 @@ workload's span, divided by its events: each peer's process; informer-bus' refle
 redis-server and each processor; the simulator's beside them. It is the headline: on a shared
 2-core machine events/s move 2-3x between runs, CPU per event does not.
 
-Targets, as ratios measured in this run. Issue 8: informer-bus burst events/s >= 5x
-SharedInformer, >= 3x kopf, >= 0.6x the bare loop; initial sync with 4 processors >= 5x faster
-than SharedInformer; p99 latency at the steady rate <= 10 ms; processor memory per cached pod
-<= 1.5x its JSON; Redis memory <= 2x the JSON of the cached objects plus the retained stream.
-Issue 16, on the burst with 1 processor: CPU per event over the bare reader's at most 1.5x for
-the reflector, 1x for redis-server, 1.5x for the processor, 4x in all; SharedInformer's CPU per
-event >= 4x informer-bus' in all; steady p99 <= 3x the bare reader's; cold start >= 5x faster
-than SharedInformer's initial sync; warm restart no slower than the bare reader's LIST.
+Targets, as ratios measured in this run, the last section of the output (PASS or MISS;
+``targets`` in the JSON, each with its issue). Issue 35, every figure the median of its
+rounds, CPU per event over the bare reader's in the same workload: the processor's on the
+burst with 1 processor, key-only handler <= 1.0x, handler reading ``new`` (``Trivial``) <=
+1.8x; informer-bus in all <= 7x; SharedInformer's CPU per burst event >= 3x informer-bus' in
+all; steady: the processor's <= 2x the bare reader's steady figure, informer-bus in all <= 0.6x
+SharedInformer's, p99 <= 10 ms; burst events/s >= 5x SharedInformer's; cold start (4
+processors) >= 5x faster than SharedInformer's initial sync; the processor owning all 16 shards
+runs at most 6 threads (a 10 % view's <= 0.25x is ``bench/group_views.py``'s). Issue 16's that
+issue 35 does not restate: reflector <= 1.5x, redis-server <= 1x, processor <= 1.5x, in all <=
+4x; SharedInformer's >= 4x ours; steady p99 <= 3x the bare reader's; warm restart no slower
+than the bare reader's LIST. Issue 8's, in the rows: burst events/s >= 5x SharedInformer, >= 3x
+kopf, >= 0.6x the bare loop; initial sync with 4 processors >= 5x faster than SharedInformer;
+p99 at the steady rate <= 10 ms; processor memory per cached pod <= 1.5x its JSON; Redis memory
+<= 2x the JSON of the cached objects plus the retained stream.
 """
 
 from __future__ import annotations
@@ -87,10 +100,12 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 import redis
+from bench_handlers import Reporting
+from compare_cli import parse
 from compare_contenders import BARE, CONTENDERS, KOPF, LABELS, run_child
 from compare_report import (
     BURST,
@@ -101,7 +116,9 @@ from compare_report import (
     Result,
     informer_bus_key,
     informer_bus_label,
-    issue16_targets,
+    key_only_key,
+    key_only_label,
+    median_burst,
     median_round,
     median_rounds,
     memory_targets,
@@ -110,18 +127,19 @@ from compare_report import (
     rows,
     write_chart,
 )
+from compare_targets import print_targets, targets
 from harness import BenchError, start_simulator_and_redis
 from pipeline_workloads import burst, coalesced_to, steady
 from proc_stats import CpuSpan, memory_kb, peak_rss_mb, process_cpu_seconds
-from processor_group import TRIVIAL, Group, ProcessorChild, group_running, wait_synced
+from processor_group import KEY_ONLY, TRIVIAL, Group, ProcessorChild, group_running, wait_synced
 from profiling import PySpy, RedisCommandCosts, print_command_costs
 from reflector_child import ReflectorChild
 from reporting import machine
 from run_control import measure_in, progress, timeout_for, wait_for
 from sim_control import Sim
+from thread_sampler import ThreadSampler
 
 from apiserver_sim import SimulatorSettings
-from common.service_runner import fail
 from processor_svc.settings import COMPACT, PLAIN
 from reflector_svc.transform import build_transform
 from tests.support.redis_server import RedisServer
@@ -131,8 +149,6 @@ CONFIGURATIONS = ((1, COMPACT), (2, COMPACT), (4, COMPACT), (1, PLAIN))
 plain one beside it for the memory and CPU it trades."""
 COLD_START_PROCESSORS = 4
 
-DEFAULTS = {"pods": 100_000, "burst": 50_000, "steady_seconds": 30.0, "steady_rate": 1000.0}
-QUICK = {"pods": 5_000, "burst": 5_000, "steady_seconds": 5.0, "steady_rate": 1000.0}
 STRIP = build_transform(is_secret=False)  # the reflector's default: managedFields stripped
 
 
@@ -172,8 +188,8 @@ def contender_burst(
     sim: Sim, group: ContenderGroup, count: int, seed: int, kind: str, *, pids: dict[str, list[int]]
 ) -> Result:
     group.mark()
-    span = CpuSpan(pids)
-    sim.burst(count, seed)
+    with sim.burst_held(count, seed):
+        span = CpuSpan(pids)
     what = f"{LABELS[kind]}'s burst"
     if kind == KOPF:
         coalesced_to(group, count - 1, what)
@@ -291,9 +307,11 @@ def cold_start(
     stack: contextlib.ExitStack,
 ) -> tuple[ReflectorChild, Result]:
     """The reflector and COLD_START_PROCESSORS processors started together on an empty Redis,
-    timed from their spawn until the handlers have seen every pod and the shards are spread:
-    what a user waits for, the reflector listing while the processors consume. The reflector
-    stays up (watching) for the rest of the run."""
+    timed from their spawn until the handlers have seen every pod and every processor is ready
+    with its share of the shards: what a user waits for, the reflector listing while the
+    processors consume. The handlers' count alone cannot end it: a shard handed over during
+    the start is listed again, so the count can pass the pods before every pod was seen (the
+    moment it does is ``handled_seconds``). The reflector stays up for the rest of the run."""
     label = informer_bus_label(COLD_START_PROCESSORS) + ", cold start"
     progress(args, f"{label}: reflector and processors started together, {args.pods:,} pods")
     data_dir = workdir / "data-cold"
@@ -321,8 +339,9 @@ def cold_start(
                  timeout_for(args.pods) + 60, alive=alive)  # fmt: skip
         handled_at = time.monotonic()
         wait_for(group.balanced, "the cold start's shard assignment", 120, alive=alive)
+        ready_at = time.monotonic()
         cpu = span.per_event_us(args.pods)
-        seconds = handled_at - spawned
+        seconds = ready_at - spawned
         peak = peak_rss_mb([child.pid for child in group.children])
         handled = all_handled(group)
     finally:
@@ -332,6 +351,7 @@ def cold_start(
         if reflector.synced
         else None,
         "handled": handled,  # more than the pods: a shard was handed over and listed again
+        "handled_seconds": round(handled_at - spawned, 3),
     }
     result = Result(SYNC, informer_bus_key(COLD_START_PROCESSORS), label, args.pods, seconds,
                     peak, extra=extra, cpu=cpu)  # fmt: skip
@@ -389,7 +409,8 @@ def informer_bus_burst(
         spy.start({"reflector": others["reflector"], "processor": pids[0]}, "burst")
     commands = RedisCommandCosts(redis_url)
     try:
-        seconds, cpu = burst(sim, group, args.burst, seed, others)
+        with ThreadSampler(pids) as sampler:
+            seconds, cpu = burst(sim, group, args.burst, seed, others)
     finally:
         if spy is not None:
             spy.stop()
@@ -397,8 +418,37 @@ def informer_bus_burst(
     if spy is not None:
         print_command_costs(f"{label}, burst", redis_commands)
     per_event = {name.removesuffix("_cpu_us_per_event"): us for name, us in cpu.items()}
+    threads = {"peak": sampler.peak(), "distinct": sampler.distinct(),
+               "samples": sampler.samples, "bench_handler": Reporting.threads}  # fmt: skip
     return Result(BURST, contender, label, args.burst, seconds, peak_rss_mb(pids),
-                  extra={"redis_commands": redis_commands}, cpu=per_event)  # fmt: skip
+                  extra={"redis_commands": redis_commands, "threads": threads},
+                  cpu=per_event)  # fmt: skip
+
+
+def key_only_bursts(
+    args: argparse.Namespace,
+    sim: Sim,
+    redis_url: str,
+    workdir: Path,
+    seeds: Iterator[int],
+    *,
+    others: dict[str, int],
+) -> Result:
+    """1 processor whose handler reads nothing of an object but its key (issue 35's first
+    target: what the processor itself costs per event), restarted on the filled Redis and
+    burst ``--rounds`` times right after the same configuration with the peers' handler. Its
+    handler cannot read the commit stamp, so it has no steady churn (no latency)."""
+    label, contender = key_only_label(1), key_only_key(1)
+    progress(args, f"{label}: restart on the filled Redis")
+    with group_running(1, KEY_ONLY, redis_url, workdir, "k1") as group:
+        wait_synced(group, args.pods)
+        bursts = []
+        for round_ in range(1, args.rounds + 1):
+            progress(args, f"{label}: burst of {args.burst:,} updates{of(round_, args.rounds)}")
+            bursts.append(informer_bus_burst(args, sim, group, redis_url, next(seeds),
+                                             key=(contender, label), others=others,
+                                             spy=None))  # fmt: skip
+    return median_burst(bursts)
 
 
 def of(round_: int, rounds: int) -> str:
@@ -449,7 +499,7 @@ def measure_informer_bus(
                 bursts.append(informer_bus_burst(args, sim, group, server.url, next(seeds),
                                                  key=(contender, label), others=others,
                                                  spy=spy if profiled else None))  # fmt: skip
-            results.append(median_round(bursts))
+            results.append(median_burst(bursts))
             every = {"processors": pids, **{f"processor-{i}": [pid] for i, pid in enumerate(pids)},
                      **{name: [pid] for name, pid in others.items()}}  # fmt: skip
             churns: list[Result] = []
@@ -459,6 +509,8 @@ def measure_informer_bus(
                 churns.append(measure_steady(args, sim, group, next(seeds),
                                              key=(contender, label), pids=every))  # fmt: skip
             results.append(median_round(churns))
+        if (count, cache) == CONFIGURATIONS[0]:
+            results.append(key_only_bursts(args, sim, server.url, workdir, seeds, others=others))
         reflector.check_alive()
     spy.print_summaries()
     reflector_peak = peak_rss_mb([reflector.pid])
@@ -527,130 +579,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], dict
     return ours + median_rounds(bare_runs) + results, memory
 
 
-# ----------------------------------------------------------------------------- command line
-
-
-class Parser(argparse.ArgumentParser):
-    """A user mistake ends in one line and exit status 2, as for every informer-bus command."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.exit(fail(PROGRAM, message))
-
-
-def check_py_spy(parser: Parser, out_dir: Path | None) -> None:
-    if out_dir is None:
-        return
-    if not Path(sys.executable).with_name("py-spy").exists():
-        parser.error("--py-spy: py-spy is not installed in this environment (make install)")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        parser.error(f"--py-spy: cannot create {out_dir}: {exc.strerror}")
-
-
-def check_sizes(parser: Parser, args: argparse.Namespace) -> None:
-    if args.pods < 1 or args.burst < 1:
-        parser.error("--pods and --burst must be at least 1")
-    for flag, count in (("--bare-runs", args.bare_runs), ("--rounds", args.rounds)):
-        if count < 1:
-            parser.error(f"{flag} must be at least 1")
-    if args.steady_seconds <= 0 or args.steady_rate <= 0:
-        parser.error("--steady-seconds and --steady-rate must be positive")
-
-
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = Parser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
-    sizes = parser.add_argument_group("sizes (defaults: the issue's)")
-    sizes.add_argument("--pods", type=int, help=f"pods to sync (default {DEFAULTS['pods']:,})")
-    sizes.add_argument("--burst", type=int, help=f"updates per burst ({DEFAULTS['burst']:,})")
-    sizes.add_argument(
-        "--steady-seconds",
-        type=float,
-        help=f"length of the steady churn ({DEFAULTS['steady_seconds']:g})",
-    )
-    sizes.add_argument(
-        "--steady-rate",
-        type=float,
-        help=f"updates/s of the steady churn ({DEFAULTS['steady_rate']:g})",
-    )
-    sizes.add_argument(
-        "--quick",
-        action="store_true",
-        help="5k pods, bursts of 5k, 5 s steady: a try in about 5 minutes (too few pods for the "
-        "cold start and memory targets to say anything: a fixed cost dominates)",
-    )
-    parser.add_argument(
-        "--skip",
-        action="append",
-        default=[],
-        choices=CONTENDERS,
-        help="leave a contender out (repeatable)",
-    )
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
-    parser.add_argument(
-        "--chart", type=Path, metavar="PATH.png", help="also draw a PNG chart (needs matplotlib)"
-    )
-    parser.add_argument(
-        "--chart-from",
-        type=Path,
-        metavar="REPORT.json",
-        help="measure nothing: draw --chart from an earlier --json report",
-    )
-    parser.add_argument(
-        "--py-spy",
-        type=Path,
-        metavar="DIR",
-        help="profile the reflector and the processor over the 1-processor burst with py-spy "
-        "(raw profiles in DIR, a summary on stderr; the profiled run's CPU figures include "
-        "py-spy's own load on the cores, not on the profiled processes)",
-    )
-    parser.add_argument(
-        "--bare-runs",
-        type=int,
-        default=5,
-        metavar="N",
-        help="runs of the bare reader, the yardstick of every CPU ratio: the first before "
-        "everything, the last at the very end, the others spread between the contenders (one "
-        "beside each with the default); each workload's ratios use the median CPU per event "
-        "of all its runs and rounds (default 5)",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        metavar="N",
-        help="rounds of each informer-bus warm restart, burst and steady churn (the "
-        "processors restarted for each warm restart), and of every other contender's burst "
-        "and churn (in each of the bare reader's runs); each row uses the round with the "
-        "median CPU per event (default 3)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    # A contender's own process (ContenderChild); not for users.
-    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
-    parser.add_argument("--sim-url", help=argparse.SUPPRESS)
-    parser.add_argument("--log-json", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    preset = QUICK if args.quick else DEFAULTS
-    for name, default in preset.items():
-        if getattr(args, name) is None:
-            setattr(args, name, type(default)(default))
-    if args.child is not None:
-        return args
-    check_sizes(parser, args)
-    if args.chart_from is not None:
-        if args.chart is None:
-            parser.error("--chart-from needs --chart PATH.png")
-        if not args.chart_from.is_file():
-            parser.error(f"--chart-from: no such file: {args.chart_from}")
-    for path in (args.json, args.chart):
-        if path is not None and not path.resolve().parent.is_dir():
-            parser.error(f"no such directory: {path.parent}")
-    check_py_spy(parser, args.py_spy)
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
+    args = parse(argv, description=__doc__.split("\n\n")[0])
     if args.child is not None:
         return run_child(args)
     if args.chart_from is not None:
@@ -667,10 +597,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rows": rows(results),
         "memory": memory,
         "memory_targets": memory_targets(memory),
-        "issue16_targets": issue16_targets(results),
     }  # fmt: skip
+    report["targets"] = targets(report["rows"])
     report["notes"] = notes(report)
     print_table(report)
+    print_targets(report)
     if args.json is not None:
         args.json.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     if args.chart is not None:

@@ -1,6 +1,7 @@
 """The comparison's results: one :class:`Result` per (workload, contender), turned into the
 report's rows (ratios to the informer-bus reference row, issue 8's targets, verdicts), its
-memory targets and notes, the table, and the optional chart.
+memory targets and notes, the table, and the optional chart. The CPU targets of issues 16 and
+35 are read from the rows by ``compare_targets``.
 """
 
 from __future__ import annotations
@@ -83,16 +84,52 @@ def informer_bus_label(count: int, cache: str = COMPACT) -> str:
     return f"informer-bus, {count} processor{plural}{cache_note}"
 
 
+KEY_ONLY = "key-only"
+
+
+def key_only_key(count: int) -> str:
+    """The rows of ``count`` processors whose handler reads nothing but each object's key
+    (issue 35): bursts only, beside (never instead of) the rows of the handler every peer
+    calls."""
+    return f"{informer_bus_key(count)}/{KEY_ONLY}"
+
+
+def key_only_label(count: int) -> str:
+    return f"{informer_bus_label(count)}, {KEY_ONLY}"
+
+
 def median_round(rounds: list[Result]) -> Result:
     """One row out of a workload's repeated rounds: the round with the median CPU per event in
     all (the lower middle one for an even count), with every round's figure in
-    ``extra["cpu_runs"]`` (and, for a steady churn, every round's p99 in ``p99_runs``)."""
+    ``extra["cpu_runs"]``, every round's figure of each process in ``cpu_part_runs`` (the
+    targets take a process' median from there) and, for a steady churn, every round's p99 in
+    ``p99_runs``."""
     ordered = sorted(rounds, key=lambda r: r.cpu_in_all)
     middle = ordered[(len(ordered) - 1) // 2]
-    extra = {**middle.extra, "cpu_runs": [r.cpu_in_all for r in rounds]}
+    extra = {
+        **middle.extra,
+        "cpu_runs": [r.cpu_in_all for r in rounds],
+        "cpu_part_runs": {part: [r.cpu.get(part) for r in rounds] for part in middle.cpu},
+    }
     if middle.workload == STEADY:
         extra["p99_runs"] = [r.latency.get("p99_ms") for r in rounds]
     return replace(middle, extra=extra)
+
+
+def median_burst(bursts: list[Result]) -> Result:
+    """The median round of a configuration's bursts (:func:`median_round`), with the threads
+    of its processors over every round: the most at once, as a bound is judged, and each
+    round's in ``runs``."""
+    row = median_round(bursts)
+    peaks = [r.extra["threads"]["peak"] for r in bursts]
+    row.extra["threads"] = {
+        **row.extra["threads"],
+        "peak": max(peaks),
+        "distinct": max(r.extra["threads"]["distinct"] for r in bursts),
+        "samples": sum(r.extra["threads"]["samples"] for r in bursts),
+        "runs": peaks,
+    }
+    return row
 
 
 def median_rounds(runs: list[list[Result]]) -> list[Result]:
@@ -122,8 +159,10 @@ def cpu_reference(results: list[Result], workload: str) -> Result | None:
 
 def reference(results: list[Result], workload: str) -> Result:
     """The informer-bus row the contenders of ``workload`` are compared with: 4 processors for
-    the initial sync (the issue's target), otherwise the best informer-bus configuration."""
-    ours = [r for r in results if r.workload == workload and r.contender.startswith(INFORMER_BUS)]
+    the initial sync (the issue's target), otherwise the best informer-bus configuration whose
+    handler is the peers' (never the key-only one)."""
+    ours = [r for r in results if r.workload == workload and r.contender.startswith(INFORMER_BUS)
+            and not r.contender.endswith(KEY_ONLY)]  # fmt: skip
     if workload == SYNC:
         return next(r for r in ours if r.contender == informer_bus_key(SYNC_REFERENCE))
     if workload == STEADY:
@@ -183,65 +222,6 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
-CPU_TARGETS = {"reflector": 1.5, "redis": 1.0, "processors": 1.5, "in all": 4.0}
-"""Issue 16, on the burst with 1 processor: each part's CPU per event over the bare reader's
-in the same run, at most."""
-SHARED_INFORMER_CPU_TARGET = 4.0
-"""SharedInformer's CPU per burst event over informer-bus' in all, at least."""
-P99_OVER_BARE_TARGET = 3.0
-COLD_START_TARGET = 5.0
-"""SharedInformer's initial sync over informer-bus' cold start (4 processors), at least."""
-
-
-def _over(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
-def issue16_targets(results: list[Result]) -> list[dict[str, Any]]:
-    """Issue 16's targets, each a ratio measured in this run (None where a contender was
-    skipped): (what, value, bound, at most)."""
-
-    def row(workload: str, contender: str) -> Result | None:
-        return next((r for r in results if (r.workload, r.contender) == (workload, contender)),
-                    None)  # fmt: skip
-
-    def cpu(r: Result | None, part: str = "in all") -> float | None:
-        return None if r is None else (r.cpu_in_all if part == "in all" else r.cpu.get(part))
-
-    one, four = informer_bus_key(1), informer_bus_key(SYNC_REFERENCE)
-    ours, bare, shared = row(BURST, one), row(BURST, BARE), row(BURST, SHARED_INFORMER)
-    steady, steady_bare = row(STEADY, one), row(STEADY, BARE)
-    p99 = None if steady is None else steady.latency["p99_ms"]
-    bare_p99 = None if steady_bare is None else steady_bare.latency["p99_ms"]
-    cold, warm = row(SYNC, four), row(WARM, four)
-    shared_sync, bare_sync = row(SYNC, SHARED_INFORMER), row(SYNC, BARE)
-    checks: list[tuple[str, float | None, float, bool]] = [
-        (f"burst CPU/event, {part} (1 processor) / the bare reader's",
-         _over(cpu(ours, part), cpu(bare)), bound, True)
-        for part, bound in CPU_TARGETS.items()
-    ]  # fmt: skip
-    checks += [
-        ("burst CPU/event, SharedInformer's / informer-bus' in all (1 processor)",
-         _over(cpu(shared), cpu(ours)), SHARED_INFORMER_CPU_TARGET, False),
-        ("burst events/s, informer-bus (1 processor) / SharedInformer's",
-         _over(ours and ours.rate, shared and shared.rate), BURST_TARGETS[SHARED_INFORMER], False),
-        ("steady p99, informer-bus (1 processor) / the bare reader's",
-         _over(p99, bare_p99), P99_OVER_BARE_TARGET, True),
-        ("steady p99 ms, informer-bus (1 processor)", p99, P99_TARGET_MS, True),
-        (f"initial sync s, SharedInformer's / informer-bus' cold start ({SYNC_REFERENCE} proc.)",
-         _over(shared_sync and shared_sync.seconds, cold and cold.seconds), COLD_START_TARGET,
-         False),
-        (f"s, the bare reader's LIST / informer-bus' warm restart ({SYNC_REFERENCE} proc.)",
-         _over(bare_sync and bare_sync.seconds, warm and warm.seconds), 1.0, False),
-    ]  # fmt: skip
-    return [
-        {"what": what, "value": None if value is None else round(value, 2),
-         "target": f"{'<=' if at_most else '>='} {bound:g}",
-         "met": None if value is None else (value <= bound if at_most else value >= bound)}
-        for what, value, bound, at_most in checks
-    ]  # fmt: skip
-
-
 def memory_targets(memory: dict[str, Any]) -> list[dict[str, Any]]:
     json_bytes = memory["pod_json_bytes"]
     processor = memory["processor_rss_growth_bytes_per_pod"] / json_bytes
@@ -273,8 +253,10 @@ def notes(report: dict[str, Any]) -> list[str]:
         "row's p99 over informer-bus' best p99. target: the minimum ratio (or the maximum p99) "
         "the issue asks for.",
         "initial sync: informer-bus = its cold start: the reflector and 4 processors spawned "
-        "together on an empty Redis, until the handlers saw every pod (interpreter start-up "
-        "included: what a user waits for); the peers from their own start (imports done). The "
+        "together on an empty Redis, until the handlers saw every pod and every processor is "
+        "ready with its share of the shards (interpreter start-up included: what a user waits "
+        "for; 'handled_seconds' in the JSON: when the handlers' count reached the pods); the "
+        "peers from their own start (imports done). The "
         "bare loop and the Watch only list (no handler call per listed pod); SharedInformer and "
         "kopf until their handler saw every pod.",
         "warm restart: processors started on the filled Redis (no API LIST), from the first "
@@ -287,6 +269,13 @@ def notes(report: dict[str, Any]) -> list[str]:
         "watch burst: first to last update handled. kopf may coalesce the events of one object "
         "within its 0.1 s batch window; its rows count every update sent ('handled' in the JSON "
         "says how many its handler saw).",
+        "key-only: 1 processor whose handler takes each object's key and nothing else of it "
+        "(issue 35: what the processor itself costs); it cannot see the commit stamp, so it "
+        "bursts only, timed from the burst's release to its last call.",
+        "threads: while informer-bus' processors burst, /proc/<pid>/task of each is read every "
+        "5 ms; 'threads' in the JSON has the most at once over the rounds ('peak', the bench "
+        "handler's flush thread included), the thread ids seen ('distinct') and the looks "
+        "taken; the target leaves the bench handler's thread out.",
         f"steady: {s['steady_rate']:g} updates/s for {s['steady_seconds']:g} s; latency = the "
         "handler call minus the commit stamp the simulator wrote into the update (one "
         "CLOCK_MONOTONIC for every process; bench/pipeline.py).",
@@ -329,7 +318,6 @@ def print_table(report: dict[str, Any]) -> None:
               f"{_fmt(r.get('p50_ms'), '.1f'):>7} {_fmt(r.get('p99_ms'), '.1f'):>8} "
               f"{r['peak_rss_mb']:>6,.0f} MB  {target}".rstrip())  # fmt: skip
     print_cpu_table(report)
-    print_targets(report["issue16_targets"])
     print(f"\nmemory: pod JSON (managedFields stripped) {mem['pod_json_bytes']:,.0f} B; Redis "
           f"{mem['redis_bytes_per_pod']:,.0f} B per cached pod (known state + 1 stream entry); "
           f"processor RSS growth {mem['processor_rss_growth_bytes_per_pod']:,.0f} B per pod "
@@ -362,14 +350,6 @@ def print_cpu_table(report: dict[str, Any]) -> None:
               f"{'' if ratio is None else f'{ratio:.2f}x':>7} {_us(cpu.get('reflector')):>9} "
               f"{_us(cpu.get('redis')):>7} {_us(cpu.get('processors')):>10}  {each:16} "
               f"{_us(cpu.get('simulator')):>9}".rstrip())  # fmt: skip
-
-
-def print_targets(targets: list[dict[str, Any]]) -> None:
-    print("\ntargets (issue 16), ratios from this run:")
-    for t in targets:
-        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
-        value = "" if t["value"] is None else f"{t['value']:.2f}"
-        print(f"  {t['what']}: {value} ({t['target']}) {verdict}")
 
 
 def write_chart(report: dict[str, Any], path: Path) -> str:

@@ -55,15 +55,17 @@ def coalesced_to(group: Group, last_step: int, what: str) -> None:
 def burst(
     sim: Sim, group: Group, count: int, seed: int, others: Mapping[str, int]
 ) -> tuple[float, dict[str, float]]:
-    """Seconds from the first burst update a handler saw to the last, and the CPU each
-    component spent per update (µs: the processors' together and each processor's, as
+    """Seconds from the first burst update a handler saw to the last (for a handler that only
+    counts, from the burst's release to its last call), and the CPU each component spent per
+    update from the release on (µs: the processors' together and each processor's, as
     ``processor-<i>``, and each of ``others``: name -> process id)."""
     pids = {name: [pid] for name, pid in others.items()}
     pids["processors"] = [child.pid for child in group.children]
     pids |= {f"processor-{i}": [child.pid] for i, child in enumerate(group.children)}
     group.mark()
-    span = CpuSpan(pids)
-    sim.burst(count, seed)
+    with sim.burst_held(count, seed):
+        span = CpuSpan(pids)
+        released = time.monotonic()
     wait_for(
         lambda: group.updates_seen() >= count,
         "the burst through the pipeline",
@@ -71,11 +73,22 @@ def burst(
         alive=group.check_alive,
     )
     cpu = span.per_event_us(count)
+    per_event = {f"{name}_cpu_us_per_event": us for name, us in cpu.items()}
+    return burst_seconds(group, count, released), per_event
+
+
+def burst_seconds(group: Group, count: int, released: float) -> float:
+    """How long a burst of ``count`` took the handlers, once they saw all of it; a handler
+    that saw more than the burst fails the run."""
+    if not group.records_updates:
+        seen = group.updates_seen()
+        if seen != count:
+            raise BenchError(f"handlers counted {seen} updates for a burst of {count}")
+        return max(1e-6, group.last_update() - released)
     times = [update.handled for update in group.updates()]
     if len(times) != count:
         raise BenchError(f"handlers saw {len(times)} updates for a burst of {count}")
-    per_event = {f"{name}_cpu_us_per_event": us for name, us in cpu.items()}
-    return max(1e-6, max(times) - min(times)), per_event
+    return max(1e-6, max(times) - min(times))
 
 
 def latencies_ms(updates: Sequence[Update]) -> list[float]:
@@ -136,6 +149,8 @@ def steady(
 
     ``coalescing``: the handlers may see only the newest of an object's close updates (kopf,
     for bench/compare.py): wait for the last update, and report how many were ``handled``."""
+    if not group.records_updates:
+        raise BenchError("a steady churn's latency needs a handler that records every update")
     group.mark()
     created, churn_rate = _churn_stamped(sim, group, rate, seconds, seed)
     what = "the steady churn's last updates"

@@ -1,4 +1,5 @@
-"""What a benchmark reads about a (Linux) process from ``/proc``: its CPU time and its memory.
+"""What a benchmark reads about a (Linux) process from ``/proc``: its CPU time, its memory and
+its threads.
 
 Peak RSS (``VmHWM``) is a contender's own only because each runs in its own process.
 """
@@ -24,6 +25,12 @@ def memory_kb(pid: int, field_name: str) -> int:
         if line.startswith(field_name + ":"):
             return int(line.split()[1])
     raise BenchError(f"no {field_name} in /proc/{pid}/status")
+
+
+def thread_ids(pid: int) -> frozenset[int]:
+    """The process' threads now (``/proc/<pid>/task``: one entry per thread, the main one
+    included); raises ``OSError`` once it has exited."""
+    return frozenset(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
 
 
 def peak_rss_mb(pids: Sequence[int]) -> float:

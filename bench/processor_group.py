@@ -4,7 +4,8 @@ handler, started together on a filled Redis, and what their handlers reported.
 Each child's handler writes every update it saw (and its counters) to files in the group's data
 directory (``bench_handlers``); the group reads them back, so a burst is timed by the handlers'
 own clock, and asks each child's ``/readyz`` which shards it owns (synced = every child ready
-and the shards spread evenly).
+and the shards spread evenly). A handler that only counts (``KeyOnly``) is read from its counts
+and the clock of its last update: no latency, the same progress and burst end.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import orjson
-from bench_handlers import DIR_ENV, RECORD, Update
+from bench_handlers import DIR_ENV, RECORD, Update, records_updates
 from harness import ROOT, ServiceChild
 from proc_stats import process_cpu_seconds
 from reflector_child import PREFIX, SHARDS
@@ -28,6 +29,9 @@ from sim_control import RESOURCE
 
 TRIVIAL = "bench_handlers:Trivial"
 IO_BOUND = "bench_handlers:IoBound"
+KEY_ONLY = "bench_handlers:KeyOnly"
+NOT_COUNTS = frozenset({"pid", "last_update_ns"})
+"""Fields of a handler's stats file that are not counts to add up over the children."""
 
 
 class ProcessorChild(ServiceChild):
@@ -134,6 +138,10 @@ class Group:
         self.data_dir = data_dir
         self.spawned = 0.0
         self.offsets: dict[int, int] = {}
+        self.records_updates = records_updates(handler)
+        """Whether the handler writes a record per update (else :meth:`updates` is empty and
+        progress comes from its counts)."""
+        self.updates_at_mark = 0
 
     def start(self) -> None:
         self.spawned = time.monotonic()
@@ -165,12 +173,17 @@ class Group:
         return self.data_dir / f"{kind}-{child.pid}.{'bin' if kind == 'updates' else 'json'}"
 
     def mark(self) -> None:
-        """From now on, :meth:`updates` counts and reads only what handlers record next."""
+        """From now on, :meth:`updates` counts and reads only what handlers record next (a
+        counting handler's stats are flushed every 20 ms: mark a quiet group)."""
         for child in self.children:
             path = self._file(child, "updates")
             self.offsets[child.pid] = path.stat().st_size if path.exists() else 0
+        self.updates_at_mark = self.counts().get("updates", 0)
 
     def updates_seen(self) -> int:
+        """Updates the handlers were called with since :meth:`mark`."""
+        if not self.records_updates:
+            return self.counts().get("updates", 0) - self.updates_at_mark
         total = 0
         for child in self.children:
             path = self._file(child, "updates")
@@ -196,15 +209,25 @@ class Group:
             out.append([Update._make(record) for record in RECORD.iter_unpack(raw)])
         return out
 
-    def counts(self) -> dict[str, int]:
-        total: dict[str, int] = {}
+    def _stats(self) -> list[dict[str, int]]:
+        out = []
         for child in self.children:
             with contextlib.suppress(OSError, orjson.JSONDecodeError):
-                stats = orjson.loads(self._file(child, "stats").read_bytes())
-                for name, value in stats.items():
-                    if name != "pid":
-                        total[name] = total.get(name, 0) + int(value)
+                out.append(orjson.loads(self._file(child, "stats").read_bytes()))
+        return out
+
+    def counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for stats in self._stats():
+            for name, value in stats.items():
+                if name not in NOT_COUNTS:
+                    total[name] = total.get(name, 0) + int(value)
         return total
+
+    def last_update(self) -> float:
+        """When a counting handler was last called with an update (``time.monotonic()``'s
+        scale; 0 before any)."""
+        return max((stats.get("last_update_ns", 0) for stats in self._stats()), default=0) / 1e9
 
 
 @contextlib.contextmanager

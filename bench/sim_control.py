@@ -7,8 +7,9 @@ simulator can write), and ends watches between readers (so only the reader under
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from harness import BenchError
 from run_control import wait_for
@@ -51,12 +52,21 @@ class Sim:
     def burst(self, count: int, seed: int) -> None:
         """``count`` pod updates generated flat out while every watch stream is held, then
         released at once: readers see a burst as fast as the simulator can write it."""
+        with self.burst_held(count, seed):
+            pass
+
+    @contextlib.contextmanager
+    def burst_held(self, count: int, seed: int) -> Iterator[None]:
+        """:meth:`burst`, its body run once the burst is generated and just before it is
+        released: where a CPU span starts, so the seconds the simulator takes to generate it,
+        with every reader idle, are no part of it."""
         self.process.stall_watches(3600)
         try:
             stats = self.process.churn(
                 rate=0, seconds=3600, seed=seed, mix={"update": 1.0}, maxEvents=count
             )
+            if stats["events"] != count:
+                raise BenchError(f"the simulator generated {stats['events']} of {count} updates")
+            yield
         finally:
             self.process.control("reset-faults")  # ends the stall
-        if stats["events"] != count:
-            raise BenchError(f"the simulator generated {stats['events']} of {count} updates")

@@ -20,10 +20,12 @@ WORKLOADS = ("initial sync", "warm restart", "watch burst", "steady")
 OURS = {"informer-bus/1", "informer-bus/2", "informer-bus/4", "informer-bus/1/plain"}
 PEERS = {"bare", "watch", "sharedinformer", "kopf"}
 CONTENDERS = OURS | PEERS
+KEY_ONLY = "informer-bus/1/key-only"  # issue 35: a handler that reads nothing but keys
 EXPECTED_ROWS = (
     {("initial sync", c) for c in {*PEERS, "informer-bus/4"}}  # informer-bus: its cold start
     | {("warm restart", c) for c in OURS}
     | {(w, c) for w in ("watch burst", "steady") for c in CONTENDERS}
+    | {("watch burst", KEY_ONLY)}  # bursts only: it cannot see the commit stamp
 )
 PODS = BURST = 200
 
@@ -60,13 +62,15 @@ def test_every_contender_has_a_sane_row_per_workload(
             assert row["rate_churned"] > 0, "the simulator's own account of the churn"
         if row["target"] is not None:
             assert row["met"] is not None
-    for contender in CONTENDERS:
+    for contender in CONTENDERS | {KEY_ONLY}:
         assert rows[("watch burst", contender)]["events"] == BURST
     for workload, contender in EXPECTED_ROWS:
         if workload in ("initial sync", "warm restart"):
             assert rows[(workload, contender)]["events"] == PODS
     assert rows[("initial sync", "informer-bus/4")]["label"].endswith("cold start")
     assert rows[("initial sync", "informer-bus/4")]["handled"] >= PODS
+    cold = rows[("initial sync", "informer-bus/4")]
+    assert 0 < cold["handled_seconds"] <= cold["seconds"], "ready after every pod was handled"
     assert 0 < rows[("watch burst", "kopf")]["handled"] <= BURST  # kopf may coalesce
     assert rows[("watch burst", "sharedinformer")]["target"] == 5.0
     assert rows[("watch burst", "kopf")]["target"] == 3.0
@@ -110,7 +114,7 @@ def test_every_row_has_the_cpu_per_event_of_each_process(
     assert report["sizes"]["bare_runs"] == 2
     repeated = [row for row in report["rows"] if row["contender"].startswith("informer-bus/")
                 and row["workload"] in ("warm restart", "watch burst", "steady")]  # fmt: skip
-    assert len(repeated) == 12
+    assert len(repeated) == 13
     for row in repeated:  # informer-bus' rounds: the lower middle one, as for the bare reader
         assert len(row["cpu_runs"]) == 2
         assert row["cpu_in_all_us_per_event"] == min(row["cpu_runs"])
@@ -126,13 +130,37 @@ def test_every_row_has_the_cpu_per_event_of_each_process(
             assert len(row["cpu_runs"]) == 2
             assert row["cpu_in_all_us_per_event"] == min(row["cpu_runs"])
     assert "CPU per event, µs" in out
-    targets = report["issue16_targets"]
-    assert len(targets) == 10
+    targets = report["targets"]
+    assert [t["issue"] for t in targets] == [35] * 10 + [16] * 7
     for target in targets:
         assert target["value"] is not None and target["met"] is not None, target
-        verdict = "met" if target["met"] else "MISSED"
+        verdict = "PASS" if target["met"] else "MISS"
         line = f"  {target['what']}: {target['value']:.2f} ({target['target']}) {verdict}"
         assert line in out.splitlines()
+
+
+def test_the_threads_of_every_processor_were_sampled_through_its_bursts(
+    run: tuple[dict[str, Any], str, Path],
+) -> None:
+    """Issue 35: the processor owning all 16 shards runs at most 6 threads; the bench looks at
+    /proc while each configuration bursts and judges the most it saw, less its own handler's."""
+    report, _, _ = run
+    bursts = {
+        row["contender"]: row
+        for row in report["rows"]
+        if row["workload"] == "watch burst" and row["contender"].startswith("informer-bus/")
+    }
+    for row in bursts.values():
+        threads = row["threads"]
+        assert len(threads["runs"]) == 2 and threads["peak"] == max(threads["runs"])
+        assert threads["peak"] >= 2, "at least the main thread and the handler's flusher"
+        assert threads["distinct"] >= threads["peak"]
+        assert threads["samples"] >= 2 * 2, "a look before and after every round at least"
+        assert threads["bench_handler"] == 1
+    [judged] = [t for t in report["targets"] if t["what"].startswith("threads of the processor")]
+    one = [bursts["informer-bus/1"]["threads"], bursts[KEY_ONLY]["threads"]]
+    assert judged["value"] == max(t["peak"] - t["bench_handler"] for t in one)
+    assert judged["target"] == "<= 6"
 
 
 def test_memory_machine_and_versions_are_reported(run: tuple[dict[str, Any], str, Path]) -> None:

@@ -64,6 +64,7 @@ def test_ratios_and_verdicts_agree(report: dict[str, Any]) -> None:
     assert cpu["target_at_most"] == 0.25 and cache["target_at_most"] == 0.15
     assert compact["target_at_most"] == 0.15
     assert backlog["target_at_most"] is None and backlog["met"] is None
+    assert cpu["ratio"].startswith("10 % view") and cpu["ratio"].endswith("as entries arrive")
     full_cpu = groups["full"]["cpu_us_per_entry"]
     if full_cpu > 0:  # CPU is counted in 10 ms ticks: a tiny run may show none
         assert cpu["value"] == pytest.approx(
