@@ -91,6 +91,7 @@ import orjson
 from common.codec import Codec
 from common.deltas import Delta, DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.redis_layout.names import STREAM_FIELD
 
 if TYPE_CHECKING:  # redis-py's own types, so the mapping passes straight to xadd under mypy
     from redis.typing import EncodableT, FieldT
@@ -127,8 +128,9 @@ DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024
 """Largest accepted envelope. etcd refuses objects over 1.5 MiB (its default request limit, in
 protobuf); their JSON can be about twice that. Anything larger is not a Kubernetes object."""
 
-FIELD: Final = b"d"
-"""The one field of a stream entry, holding the encoded envelope."""
+FIELD: Final = STREAM_FIELD.encode()
+"""The one field of a stream entry, holding the encoded envelope (the layout names it:
+:data:`common.redis_layout.names.STREAM_FIELD`)."""
 
 _V1_FIELDS: Final = frozenset({"v", "t", "k", "rv", "uid", "ts", "tomb", "o"})
 _V2_FIELDS: Final = frozenset({"v", "t", "k", "ns", "rv", "uid", "ts", "tomb", "l", "f"})

@@ -61,13 +61,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout, write_layout
-from common.redis_config import is_cluster, node_client
-from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
+from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys, script_runner
+from common.redis_layout.lua import LuaScript
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.shard_keys import ShardKeyChoice
@@ -143,10 +141,8 @@ class ShardPublisher:
             (keys.stream, keys.versions, keys.objects, keys.checkpoint, keys.moving)
             for keys in self.shards
         )
-        # Registered once; their SHA1 is what every call sends. Outside a pipeline the Script
-        # object reloads on NOSCRIPT itself; in a pipeline see _run.
-        self._publish_script: Script = client.register_script(PUBLISH_LUA)
-        self._checkpoint_script: Script = client.register_script(CHECKPOINT_LUA)
+        self._publish_script = PUBLISH_LUA
+        self._checkpoint_script = CHECKPOINT_LUA
 
     def shard_of(self, key: str) -> int:
         """The shard owning cache key ``key`` by the resource's shard key, when the key names it
@@ -513,24 +509,20 @@ class ShardPublisher:
     def _run(self, calls: Sequence[_Call]) -> list[Any]:
         """Run ``calls`` in one pipelined round trip; return their replies, in order.
 
-        ``EVALSHA`` straight into the pipeline. redis-py's own ``Script`` in a pipeline sends a
-        blocking ``SCRIPT EXISTS`` before every ``execute`` -- a second round trip per batch.
-        Instead, when Redis lost the scripts (restart, failover, ``SCRIPT FLUSH``), they are
-        loaded and the whole pipeline runs again: every call is idempotent, so the calls that
-        did run (none, in practice) skip on the second pass.
-
-        With a :class:`~common.replica_wait.ReplicaWait`, the round trip ends with its ``WAIT``
-        (module docstring); too few replicas raise
+        :func:`~common.redis_layout.script_runner.run_pipelined` sends them (``EVALSHA``
+        straight into the pipeline, and when Redis lost the scripts the whole round trip again:
+        every call is idempotent, so the calls that did run -- none, in practice -- skip on the
+        second pass). With a :class:`~common.replica_wait.ReplicaWait`, the round trip ends
+        with its ``WAIT`` (module docstring); too few replicas raise
         :class:`~common.replica_wait.ReplicationShortfallError`, after a fence (the stronger
         news) and a shard's error were looked for.
         """
         if not calls:
             return []
-        replies, waited = self._execute_all(calls)
-        if any(isinstance(reply, NoScriptError) for reply in replies):
-            for script in {id(call.script): call.script for call in calls}.values():
-                script.sha = self._client.script_load(script.script)
-            replies, waited = self._execute_all(calls)
+        if self._wait.enabled:
+            replies, waited = script_runner.run_pipelined(self._client, calls, self._wait)
+        else:
+            replies, waited = self._execute(calls), []
         fenced = [
             (call, reply)
             for call, reply in zip(calls, replies, strict=True)
@@ -550,52 +542,9 @@ class ShardPublisher:
             self._wait.check(reply, f"publishing {self.resource}")
         return replies
 
-    def _execute_all(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
-        """The calls' replies, in order, and the replies of the ``WAIT`` commands that followed
-        them (none without a :class:`~common.replica_wait.ReplicaWait`)."""
-        if not self._wait.enabled:
-            return self._execute(calls), []
-        if is_cluster(self._client):
-            return self._execute_per_node(calls)
-        pipe = self._queue(self._client, calls)
-        self._wait.queue(pipe)  # same connection, after every call: confirms them all
-        *replies, waited = pipe.execute(raise_on_error=False)
-        return replies, [waited]
-
     def _execute(self, calls: Sequence[_Call]) -> list[Any]:
         """The calls' replies, in order: one pipelined round trip, no ``WAIT``."""
-        replies: list[Any] = self._queue(self._client, calls).execute(raise_on_error=False)
-        return replies
-
-    @staticmethod
-    def _queue(client: redis.Redis, calls: Sequence[_Call]) -> Any:
-        """A pipeline on ``client`` holding ``calls``."""
-        pipe = client.pipeline(transaction=False)
-        # execute_command rather than pipe.evalsha, which redis-py's Cluster pipeline refuses
-        # outright; both route EVALSHA by its keys (one shard, one slot). Unannotated in redis-py.
-        queue: Any = pipe.execute_command
-        for call in calls:
-            queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        return pipe
-
-    def _execute_per_node(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
-        """Redis Cluster with a ``WAIT``: one pipeline per primary serving the calls' shards,
-        each ending with its ``WAIT`` (a cluster pipeline cannot route a command without keys,
-        and only that primary's replicas matter for its writes)."""
-        by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
-        for index, call in enumerate(calls):
-            node = node_client(self._client, call.keys[0])
-            by_node.setdefault(id(node), (node, []))[1].append(index)
-        replies: list[Any] = [None] * len(calls)
-        waited: list[Any] = []
-        for node, indexes in by_node.values():
-            pipe = self._queue(node, [calls[index] for index in indexes])
-            self._wait.queue(pipe)
-            *node_replies, node_waited = pipe.execute(raise_on_error=False)
-            for index, reply in zip(indexes, node_replies, strict=True):
-                replies[index] = reply
-            waited.append(node_waited)
-        return replies, waited
+        return script_runner.run_pipelined(self._client, calls)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,7 +552,7 @@ class _Call:
     """One script call on one shard, as it goes into the pipeline."""
 
     shard: int
-    script: Script
+    script: LuaScript
     keys: tuple[str, ...]
     args: Sequence[str | bytes]
 

@@ -12,6 +12,11 @@ from typing import Final
 
 # Every name here is public: the package re-exports them all (common.redis_layout).
 
+# --- a shard stream's entries ---
+STREAM_FIELD: Final = "d"
+"""The one field of every shard stream entry: its value is one wire envelope
+(:mod:`common.wire`, which sends and reads it as bytes)."""
+
 # --- a shard's checkpoint hash (written by the reflector leader only) ---
 CHECKPOINT_RV: Final = "rv"
 """Every event up to this resourceVersion is on the shard's stream."""
