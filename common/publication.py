@@ -21,7 +21,6 @@ from typing import Any
 import redis
 
 from common.redis_layout import (
-    CHECKPOINT_SYNCED_RV,
     LAYOUT_API_VERSION,
     LAYOUT_KIND,
     LAYOUT_NAMESPACED,
@@ -32,6 +31,7 @@ from common.redis_layout import (
     ShardKeys,
     resources_key,
 )
+from common.redis_layout.checkpoint import is_listed, queue_listed
 from common.resource_ids import likely_meant, word_forms
 from common.shard_keys import ShardKeyChoice
 
@@ -128,11 +128,11 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
             return []
         with client.pipeline(transaction=False) as pipe:
             for candidate in candidates:
-                pipe.hget(ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
+                queue_listed(pipe, ShardKeys(prefix, candidate, 0))
             listed_rvs = pipe.execute()
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
-    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if rv is not None]
+    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if is_listed(rv)]
 
 
 def _text(value: bytes | str) -> str:
@@ -182,12 +182,12 @@ def read_publication(
     pipe.hget(keys.leader, LEASE_HOLDER)
     pipe.hgetall(keys.layout)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
-        pipe.hget(keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
+        queue_listed(pipe, keys.shard(shard))
     leader, layout, *listed, beyond = pipe.execute()
     return Publication(
         shard_count=shard_count,
-        listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
+        listed_shards=tuple(shard for shard, rv in enumerate(listed) if is_listed(rv)),
         leader=leader is not None,
-        listed_beyond=beyond is not None,
+        listed_beyond=is_listed(beyond),
         layout=ResourceLayout.from_fields(layout),
     )

@@ -64,7 +64,8 @@ import redis
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout, write_layout
-from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys, script_runner
+from common.redis_layout import ResourceKeys, ShardKeys, script_runner
+from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint, queue_checkpoint
 from common.redis_layout.lua import LuaScript
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
 from common.replica_wait import NO_WAIT, ReplicaWait
@@ -83,20 +84,6 @@ from reflector_svc.publish_records import (
 __all__ = ["ShardCheckpoint", "ShardPublisher"]
 
 _BY_KEY = ShardKeyChoice()
-
-
-@dataclass(frozen=True)
-class ShardCheckpoint:
-    """One shard's checkpoint hash, decoded (``docs/architecture.md``)."""
-
-    rv: str | None
-    """Every event up to this RV is on the shard's stream; ``None`` before the first list."""
-    fence: int
-    """The highest leader epoch seen (0 when never fenced)."""
-    synced_rv: str | None
-    """The list RV of the last completed relist."""
-    relisting: bool
-    """A relist diff was started and not finished: the known state may be half-updated."""
 
 
 class ShardPublisher:
@@ -336,21 +323,8 @@ class ShardPublisher:
         """Every shard's checkpoint, index = shard (one round trip)."""
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
-            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
-        return self._checkpoints(pipe.execute())
-
-    def _checkpoints(self, replies: Sequence[Any]) -> list[ShardCheckpoint]:
-        checkpoints = []
-        for rv, fence, synced_rv, relisting in replies:
-            checkpoints.append(
-                ShardCheckpoint(
-                    rv=_text(rv),
-                    fence=int(fence) if fence is not None else 0,
-                    synced_rv=_text(synced_rv),
-                    relisting=_text(relisting) == "1",
-                )
-            )
-        return checkpoints
+            queue_checkpoint(pipe, keys)
+        return [decode_checkpoint(reply) for reply in pipe.execute()]
 
     def resume_point(self) -> ResumePoint:
         """Where to continue: the *lowest* shard checkpoint, so that no shard misses an event.
@@ -365,13 +339,13 @@ class ShardPublisher:
         """
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
-            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
+            queue_checkpoint(pipe, keys)
         placed = not self.shard_key.key_names_shard
         if placed:
             self._queue_placement(pipe)
         replies = pipe.execute()
         count = self.shard_count
-        checkpoints = self._checkpoints(replies[:count])
+        checkpoints = [decode_checkpoint(reply) for reply in replies[:count]]
         self._placement = self._placement_of(replies[count:]) if placed else None
         self._strays_possible = any(checkpoint.relisting for checkpoint in checkpoints)
         rvs = [checkpoint.rv for checkpoint in checkpoints]

@@ -18,10 +18,6 @@ from redis.retry import Retry
 
 from common.redis_config import is_cluster, redacted_url, redis_client
 from common.redis_layout import (
-    CHECKPOINT_RELISTING,
-    CHECKPOINT_RV,
-    CHECKPOINT_SYNCED_AT,
-    CHECKPOINT_SYNCED_RV,
     DEFAULT_PREFIX,
     LEASE_EPOCH,
     LEASE_HOLDER,
@@ -30,6 +26,7 @@ from common.redis_layout import (
     ResourceKeys,
     ShardKeys,
 )
+from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -138,7 +135,7 @@ def _queue_group_shard(pipe: Any, keys: GroupShardKeys) -> None:
 @dataclass
 class _ShardReplies:
     keys: ShardKeys
-    checkpoint: dict[str, str] = field(default_factory=dict)
+    checkpoint: ShardCheckpoint = field(default_factory=lambda: decode_checkpoint(None))
     stream: dict[str, Any] | None = None
     infos: dict[str, dict[str, Any]] = field(default_factory=dict)
     """XINFO GROUPS of the stream, by group name."""
@@ -147,7 +144,7 @@ class _ShardReplies:
 
     def take(self, replies: Sequence[Any]) -> None:
         checkpoint, stream, groups, objects = (_ok(r) for r in replies)
-        self.checkpoint = {str(k): str(v) for k, v in (checkpoint or {}).items()}
+        self.checkpoint = decode_checkpoint(checkpoint)
         self.stream = stream
         for info in groups or ():
             name = _text(info.get("name"))
@@ -176,12 +173,11 @@ _RESOURCE_CALLS: Final = 3
 
 def _shard_status(replies: _ShardReplies) -> ShardStatus:
     checkpoint, stream = replies.checkpoint, replies.stream
-    relisting = checkpoint.get(CHECKPOINT_RELISTING) == "1"
     return ShardStatus(
         shard=replies.keys.shard,
-        rv=checkpoint.get(CHECKPOINT_RV),
-        synced=CHECKPOINT_SYNCED_RV in checkpoint and not relisting,
-        relisting=relisting,
+        rv=checkpoint.rv,
+        synced=checkpoint.synced,
+        relisting=checkpoint.relisting,
         stream_length=int(stream.get("length", 0)) if stream else 0,
         entries_added=_int(stream.get("entries-added")) if stream else None,
         objects=replies.objects,
@@ -340,11 +336,7 @@ def _resource_status(
     rvs = [shard.rv for shard in shards]
     last_rv = None if not rvs or None in rvs else min((rv or "" for rv in rvs), key=_rv_order)
     listed = [
-        (
-            _int(replies.checkpoint.get(CHECKPOINT_SYNCED_AT)),
-            replies.checkpoint.get(CHECKPOINT_SYNCED_RV),
-        )
-        for replies in shard_replies
+        (replies.checkpoint.synced_at, replies.checkpoint.synced_rv) for replies in shard_replies
     ]
     stamped = [(at, rv) for at, rv in listed if at is not None]
     last_list_at, last_list_rv = max(stamped, key=lambda pair: pair[0]) if stamped else (None, None)
