@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
-from redis.exceptions import ResponseError
 
 from common.redis_layout import (
     DURABLE_CONSUMER,
@@ -46,6 +45,7 @@ from common.redis_layout import (
     ShardKeys,
     check_group_name,
 )
+from common.redis_layout.snapshot import GroupExistsError, read_snapshot
 
 __all__ = [
     "GroupCursor",
@@ -169,24 +169,14 @@ class GroupCursor:
                 self.group,
                 keys.stream,
             )
-        with self._client.pipeline(transaction=True) as pipe:
-            pipe.set(marker, b"1")
-            pipe.hgetall(keys.objects)
-            if exists:
-                # The snapshot supersedes whatever the group had delivered: drop its entries.
-                pipe.xgroup_destroy(keys.stream, self.group)
-            pipe.xgroup_create(keys.stream, self.group, id="$", mkstream=True)
-            pipe.xinfo_stream(keys.stream)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        created, info = replies[-2], replies[-1]
-        if isinstance(created, ResponseError) and "BUSYGROUP" in str(created):
+        try:
+            snapshot = read_snapshot(self._client, keys.shard_keys, start=keys, recreate=exists)
+        except GroupExistsError:
             raise GroupRefused(
                 f"group {self.group!r} was just created on {keys.stream} by someone else: "
                 "run one subscriber per group"
-            )
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+            ) from None
+        info = snapshot.stream
         last_id = _text(info["last-generated-id"])
         if isinstance(info.get("entries-added"), int):
             # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
@@ -194,7 +184,7 @@ class GroupCursor:
             self._client.xgroup_setid(
                 keys.stream, self.group, last_id, entries_read=info["entries-added"]
             )
-        objects: dict[bytes, bytes] = replies[1]
+        objects = snapshot.objects
         log.info(
             "%s group %r on %s at %s: delivering its %d known objects first",
             "redoing the initial list of" if exists else "created",
