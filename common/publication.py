@@ -26,12 +26,12 @@ from common.redis_layout import (
     LAYOUT_NAMESPACED,
     LAYOUT_SHARD_COUNT,
     LAYOUT_SHARD_KEY,
-    LEASE_HOLDER,
     ResourceKeys,
     ShardKeys,
     resources_key,
 )
 from common.redis_layout.checkpoint import is_listed, queue_listed
+from common.redis_layout.lease_reads import decode_holder, queue_holder
 from common.resource_ids import likely_meant, word_forms
 from common.shard_keys import ShardKeyChoice
 
@@ -179,7 +179,7 @@ def read_publication(
     (``docs/operations.md``) has them, not ``EXISTS`` or ``HEXISTS``."""
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
-    pipe.hget(keys.leader, LEASE_HOLDER)
+    queue_holder(pipe, keys.leader)
     pipe.hgetall(keys.layout)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
         queue_listed(pipe, keys.shard(shard))
@@ -187,7 +187,7 @@ def read_publication(
     return Publication(
         shard_count=shard_count,
         listed_shards=tuple(shard for shard, rv in enumerate(listed) if is_listed(rv)),
-        leader=leader is not None,
+        leader=decode_holder(leader) is not None,
         listed_beyond=is_listed(beyond),
         layout=ResourceLayout.from_fields(layout),
     )

@@ -19,14 +19,13 @@ from redis.retry import Retry
 from common.redis_config import is_cluster, redacted_url, redis_client
 from common.redis_layout import (
     DEFAULT_PREFIX,
-    LEASE_EPOCH,
-    LEASE_HOLDER,
     PROCESSOR_GROUP,
     GroupShardKeys,
     ResourceKeys,
     ShardKeys,
 )
 from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint
+from common.redis_layout.lease_reads import LeaseFields, decode_lease, queue_lease
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -90,7 +89,7 @@ class _GroupShard:
     keys: GroupShardKeys
     info: dict[str, Any] | None = None
     """The group's XINFO GROUPS entry on the shard's stream; ``None``: no such group there."""
-    lease: list[Any] = field(default_factory=lambda: [None, None])
+    lease: LeaseFields = field(default_factory=lambda: decode_lease(None))
     dead_letters: int = 0
     has_epoch: bool = False
     """The lease epoch counter exists: some processor of the group owned the shard once."""
@@ -99,7 +98,7 @@ class _GroupShard:
 
     def take(self, replies: Sequence[Any]) -> None:
         lease, dead, epoch = (_ok(r) for r in replies)
-        self.lease = list(lease or (None, None))
+        self.lease = decode_lease(lease)
         self.dead_letters = int(dead or 0)
         self.has_epoch = bool(epoch)
 
@@ -127,7 +126,7 @@ _GROUP_SHARD_CALLS: Final = 3
 
 
 def _queue_group_shard(pipe: Any, keys: GroupShardKeys) -> None:
-    pipe.hmget(keys.lease, [LEASE_HOLDER, LEASE_EPOCH])
+    queue_lease(pipe, keys.lease)
     pipe.xlen(keys.dead_letters)
     pipe.exists(keys.lease_epoch)
 
@@ -206,8 +205,8 @@ def _group_shard_status(shard: _ShardReplies, group: _GroupShard, now_ms: int) -
     return GroupShardStatus(
         shard=shard.keys.shard,
         exists=group.info is not None,
-        owner=_text(group.lease[0]),
-        owner_epoch=_int(group.lease[1]),
+        owner=group.lease.holder,
+        owner_epoch=group.lease.epoch,
         entries_read=_int(group.info.get("entries-read")) if group.info else None,
         lag=lag,
         pending=pending,
@@ -279,7 +278,7 @@ class _Resource:
         for shard in self.shards:
             group = shard.groups.get(name)
             if name in shard.infos or (
-                group is not None and (group.lease[0] is not None or group.dead_letters)
+                group is not None and (group.lease.holder is not None or group.dead_letters)
             ):
                 return True
         return False
@@ -298,7 +297,7 @@ def _group_status(
         _group_shard_status(shard, part, now_ms)
         for shard, part in zip(resource.shards, parts, strict=True)
     )
-    processor = bool(members) or any(p.has_epoch or p.lease[0] is not None for p in parts)
+    processor = bool(members) or any(p.has_epoch or p.lease.holder is not None for p in parts)
     return GroupStatus(
         name=name,
         kind="processor" if processor else "consumer",
@@ -324,11 +323,12 @@ def _resource_status(
 ) -> ResourceStatus:
     leader_hash, leader_ttl_ms, epoch = (_ok(r) for r in resource.head)
     leader = None
-    if leader_hash and leader_hash.get(LEASE_HOLDER):
+    lease = decode_lease(leader_hash)
+    if lease.holder:
         ttl = _int(leader_ttl_ms)
         leader = LeaderStatus(
-            holder=str(leader_hash[LEASE_HOLDER]),
-            epoch=_int(leader_hash.get(LEASE_EPOCH)),
+            holder=lease.holder,
+            epoch=lease.epoch,
             expires_in_s=ttl / 1000 if ttl is not None and ttl >= 0 else None,
         )
     shard_replies = resource.shards
