@@ -29,6 +29,7 @@ from common.redis_layout.keys import (
     parse_resource_key,
     parse_shard_key,
     resources_key,
+    scan_pattern,
 )
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
@@ -87,4 +88,5 @@ __all__ = [
     "parse_resource_key",
     "parse_shard_key",
     "resources_key",
+    "scan_pattern",
 ]
