@@ -45,6 +45,7 @@ from common.redis_layout import (
     ShardKeys,
     check_group_name,
 )
+from common.redis_layout.members import queue_live_count, redis_time_ms
 from common.redis_layout.snapshot import GroupExistsError, read_snapshot
 
 __all__ = [
@@ -126,10 +127,9 @@ class GroupCursor:
 
     def _refuse_processor_group(self, shards: Sequence[ShardKeys]) -> None:
         members = ResourceKeys(shards[0].prefix, shards[0].resource).group(self.group).members
-        seconds, micros = self._client.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = redis_time_ms(self._client.time())
         with self._client.pipeline(transaction=False) as pipe:
-            pipe.zcount(members, f"({now_ms}", "+inf")
+            queue_live_count(pipe, members, now_ms)
             for keys in self._keys:
                 pipe.exists(keys.lease)
             live, *leases = pipe.execute()

@@ -26,6 +26,7 @@ from common.redis_layout import (
 )
 from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint
 from common.redis_layout.lease_reads import LeaseFields, decode_lease, queue_lease
+from common.redis_layout.members import decode_deadlines, is_live, queue_deadlines, redis_time_ms
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -233,7 +234,7 @@ def _processors(
         expires_in = (deadline_ms - now_ms) / 1000
         return ProcessorStatus(
             member=member,
-            live=expires_in > 0,
+            live=is_live(deadline_ms, now_ms),
             heartbeat_age_s=round(max(0.0, member_ttl - expires_in), 3),
             expires_in_s=round(expires_in, 3),
             shards=tuple(owned.get(member, ())),
@@ -385,11 +386,10 @@ class _Batch:
 
 def _queue_group(batch: _Batch, resource: _Resource, name: str) -> None:
     """The group's membership and its keys on every shard."""
-    batch.pipe.zrange(resource.keys.group(name).members, 0, -1, withscores=True)
+    queue_deadlines(batch.pipe, resource.keys.group(name).members)
 
     def members(replies: list[Any]) -> None:
-        found = _ok(replies[0]) or ()
-        resource.members[name] = [(str(member), float(score)) for member, score in found]
+        resource.members[name] = decode_deadlines(_ok(replies[0]))
 
     batch.add(1, members)
     for shard in resource.shards:
@@ -485,8 +485,7 @@ def collect_status(
         clock.append(client.time())
     if isinstance(clock[0], Exception):
         raise clock[0]
-    seconds, micros = clock[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = redis_time_ms(clock[0])
     _second_round_trip(client, plan)
     return StatusSnapshot(
         redis_url=redacted_url(redis_url),
