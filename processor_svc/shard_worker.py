@@ -27,11 +27,8 @@ a fresh takeover (at-least-once, like a restarted informer). A worker never ends
 :attr:`ShardWorker.error` holds the last failure and :attr:`ShardWorker.alive` tells whether it
 still runs.
 
-**What the worker needs** is declared beside it, not taken from the concrete classes: a
-:class:`~processor_svc.shard_store.ShardStore` to write (an :class:`~common.store.Indexer` is
-one; :mod:`processor_svc.shard_store` says when a store is handed each entry as it came) and a
-:class:`NotificationSink` to send to (a :class:`~processor_svc.dispatch.HandlerDispatcher` is
-one).
+**What the worker needs** is declared beside it: a
+:class:`~processor_svc.shard_store.ShardStore` to write and a :class:`NotificationSink`.
 """
 
 from __future__ import annotations
@@ -55,10 +52,7 @@ from common.replica_wait import NO_WAIT, ReplicaWait
 from common.runtime import release_free_heap
 from common.wire import (
     DEFAULT_MAX_BYTES,
-    FIELD,
     WireDecodeError,
-    decode_envelope,
-    envelope_from_fields,
 )
 from processor_svc.ack_tracker import AckToken, AckTracker
 from processor_svc.dispatch import (
@@ -76,11 +70,13 @@ from processor_svc.fenced_stream import (
     payload_of,
     raw_of,
 )
-from processor_svc.held_keys import HeldChanges, held_state
+from processor_svc.held_keys import held_state
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.reading_loop import ReadingLoop
+from processor_svc.shard_cursor import ShardCursor
 from processor_svc.shard_store import ShardStore, keeps_envelopes
+from processor_svc.stream_entry import route_entry
 from processor_svc.takeover import Commit, InitialListSink, Takeover
 from processor_svc.view import GroupView, Routed
 
@@ -200,15 +196,10 @@ class ShardWorker:
             pump=_pump_for(self),
         )
 
-        # Worker-thread state.
+        # Loop-thread state.
         self._tracker: AckTracker | None = None  # None: a takeover is due
         self._commit: Commit | None = None
-        self._last_id = "0-0"  # the last entry ID this consumer received
-        self._replay = False  # re-read our pending entries after _last_id before '>'
-        self._dead: dict[str, DeadLetter] = {}
-        self._unsent_acks: list[str] = []
-        # The held set's changes of the entries not acknowledged yet (processor_svc.held_keys).
-        self._held = HeldChanges()
+        self._cursor = ShardCursor(self._stream, count=count)
         self._next_lag_refresh = 0.0
 
     # --- public API ------------------------------------------------------------------------------
@@ -418,10 +409,7 @@ class ShardWorker:
         self._m.takeovers.inc()
         self._tracker = None
         self._commit = None
-        self._dead = {}
-        self._unsent_acks = []
-        self._held.clear()
-        self._replay = False
+        self._cursor.reset()
         # The loop's next steps look at the barrier and commit once every handler passed it;
         # a stop meanwhile leaves that to _finish (within the grace period).
         self._commit = self._takeovers.deliver(
@@ -442,52 +430,33 @@ class ShardWorker:
         self._stream.acknowledge(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
         self._commit = None
         self._tracker = AckTracker()
-        self._last_id = commit.last_id
-        self._replay = False
+        self._cursor.start_at(commit.last_id)
 
     # --- consumption -----------------------------------------------------------------------------
 
     def _step(self) -> float:
         tracker = self._tracker
         assert tracker is not None
-        acks = self._unsent_acks + tracker.completed_prefix()
-        if self._dead and any(entry_id in self._dead for entry_id in acks):
-            self._unsent_acks = acks  # dead letters are parked by the acknowledging script
-            self._flush_acks(tracker)
-            acks = []
-        entries = self._read(acks)  # the read acknowledges ``acks`` first
+        cursor = self._cursor
+        entries = cursor.read(tracker.completed_prefix())
         if entries:
             self._apply(tracker, entries)
             self._m.store_size.set(len(self._store))
             self._refresh_lag()
             if len(entries) >= self._count:
                 return 0.0
-        elif self._replay:
-            self._replay = False  # our pending list is caught up: back to new entries
+        elif cursor.replay:
+            cursor.replay = False  # our pending list is caught up: back to new entries
             return 0.0
         else:
             # Caught up: nothing undelivered, so the lag is what is still in flight. Known
             # here without asking Redis, which an idle shard would otherwise do every second.
             self._m.lag_seconds.set(0)
-            self._m.lag_entries.set(tracker.outstanding + len(self._unsent_acks))
+            self._m.lag_entries.set(tracker.outstanding + len(cursor.unsent))
         # Idle until the stream has entries after ours (a short while when handlers still hold
         # entries, so their acknowledgements go out promptly).
-        self.wake_after = self._last_id
+        self.wake_after = cursor.last_id
         return _ACK_POLL if tracker.outstanding else self._block_ms / 1000
-
-    def _read(self, acks: list[str]) -> list[Any]:
-        """The next entries, after acknowledging ``acks`` in the same fenced script (kept in
-        ``_unsent_acks`` until Redis confirmed: XACK is idempotent, a retry resends them)."""
-        start = self._last_id if self._replay else ">"
-        self._unsent_acks = acks
-        try:
-            entries = self._stream.read(self._count, start, acks, self._held.of(acks))
-        except redis.RedisError:
-            self._replay = True  # the read may have happened: replay our pending entries
-            raise
-        self._unsent_acks = []
-        self._held.forget(acks)
-        return entries
 
     def _apply(self, tracker: AckTracker, entries: Sequence[Any]) -> None:
         """Apply a batch in stream order; returns early when stopping."""
@@ -519,7 +488,7 @@ class ShardWorker:
             if stop.is_set():
                 return  # stopping: nothing of this batch is delivered, its entries stay pending
             entry_id = as_text(raw_id)
-            self._last_id = entry_id
+            self._cursor.last_id = entry_id
             routing = self._route(entry_id, fields, tracker)
             if routing is None:
                 passed = entry_id
@@ -569,26 +538,8 @@ class ShardWorker:
         """What the entry means for this group, and the bytes a store that keeps entries
         keeps of it; ``None`` for a poison entry (parked). Without a view the entry is decoded
         whole, as it is always kept."""
-        max_bytes, view = self._max_bytes, self._view
         try:
-            if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
-                data = fields[1]  # the usual layout
-                envelope = None if view is not None else decode_envelope(data, max_bytes)
-            else:
-                envelope = envelope_from_fields(as_mapping(fields), max_bytes)
-                data = payload_of(fields)
-            if view is not None:
-                routed = view.route(data, self._store, max_bytes)
-            else:
-                assert envelope is not None
-                routed = Routed(
-                    envelope.to_delta(),
-                    envelope.key,
-                    envelope.type,
-                    envelope.observed_at,
-                    True,
-                    envelope.move,
-                )
+            routed, data = route_entry(fields, self._view, self._store, self._max_bytes)
         except WireDecodeError as err:
             self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
             return None
@@ -607,33 +558,24 @@ class ShardWorker:
             log.warning(
                 "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
             )
-            self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
+            self._cursor.park(entry_id, DeadLetter.of(entry_id, reason, payload_of(fields)))
             return False
         # An add or a deletion changes what the handlers hold: recorded with the entry's ack.
         notification = forwarder.pending[-1][0]
         if type(notification) is AddNotification:
-            self._held.record(entry_id, key, held_state(notification.obj, self._view))
+            self._cursor.held.record(entry_id, key, held_state(notification.obj, self._view))
         elif type(notification) is DeleteNotification:
-            self._held.record(entry_id, key, None)
+            self._cursor.held.record(entry_id, key, None)
         return True
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
         """Dead-letter an entry: it is parked and acknowledged in order, with the others."""
         log.warning("%s: entry %s is poison, parking it: %s", self.name, entry_id, reason)
-        self._dead[entry_id] = DeadLetter.of(entry_id, reason, raw)
+        self._cursor.park(entry_id, DeadLetter.of(entry_id, reason, raw))
         tracker.register(entry_id).release()
 
     def _flush_acks(self, tracker: AckTracker) -> None:
-        ids = self._unsent_acks + tracker.completed_prefix()
-        if not ids:
-            return
-        dead = [self._dead[i] for i in ids if i in self._dead] if self._dead else []
-        self._unsent_acks = ids
-        self._stream.acknowledge(dead, ids, held=self._held.of(ids))
-        self._unsent_acks = []
-        self._held.forget(ids)
-        for entry_id in ids:
-            self._dead.pop(entry_id, None)
+        self._cursor.flush(tracker.completed_prefix())
 
     def _refresh_lag(self) -> None:
         now = time.monotonic()
