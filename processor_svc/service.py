@@ -125,7 +125,9 @@ class ProcessorService:
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
         # Every owned shard of every co-sharded resource is read by this one thread.
-        self._reading = ReadingLoop(self.redis, block_ms=settings.block_ms)
+        self._reading = ReadingLoop(
+            self.redis, block_ms=settings.block_ms, linger_ms=settings.read_linger_ms
+        )
         self._workers_lock = threading.Lock()
         self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
