@@ -46,8 +46,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from redis.exceptions import ResponseError
-
 from common.deltas import DeltaType
 from common.keys import Obj
 from common.redis_layout.snapshot import read_snapshot
@@ -227,12 +225,6 @@ class Takeover:
     def _read_shard(self) -> ShardView:
         """Create the group if needed, then read the snapshot and the group's state at once."""
         keys, client = self._keys, self._client
-        try:
-            # At the end: a new group starts from the snapshot, never from history.
-            client.xgroup_create(keys.stream, keys.group, id="$", mkstream=True)
-        except ResponseError as err:
-            if "BUSYGROUP" not in str(err):
-                raise
         snapshot = read_snapshot(client, keys.shard_keys, owner=keys)
         # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
         holder, epoch = snapshot.lease or (None, None)

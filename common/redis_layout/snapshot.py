@@ -61,14 +61,18 @@ def read_snapshot(
 ) -> ShardSnapshot:
     """The snapshot of ``keys``' shard, read in one ``MULTI``.
 
-    ``owner``: a takeover by that group's owner; also reads its lease (the caller fences on
-    it), its held set, its ``XINFO GROUPS`` entry and its pending count (the group must
-    exist). ``start``: a durable subscriber (re)starting that group at the snapshot, in the
-    same ``MULTI``: marks its initial list not acknowledged yet (``initial_list``), drops the
-    group first when ``recreate``, creates it at the stream's end (``$``, making the stream);
-    :class:`GroupExistsError` when the group appeared meanwhile. A stream the reflector never
+    ``owner``: a takeover by that group's owner; first creates the group at the stream's end
+    if it is missing (before the ``MULTI``: a new group starts from the snapshot, never from
+    history), then also reads its lease (the caller fences on it), its held set, its ``XINFO
+    GROUPS`` entry and its pending count. ``start``: a durable subscriber (re)starting that
+    group at the snapshot, in the same ``MULTI``: marks its initial list not acknowledged yet
+    (``initial_list``), drops the group first when ``recreate``, creates it at the stream's
+    end (``$``, making the stream); :class:`GroupExistsError` when the group appeared
+    meanwhile. A stream the reflector never
     wrote to reads as an empty one. Other Redis errors are raised.
     """
+    if owner is not None:
+        _create_group(client, keys.stream, owner.group)
     pipe = client.pipeline(transaction=True)
     slots: list[str] = []  # what each queued command reads, in order
 
@@ -93,26 +97,45 @@ def read_snapshot(
         add("groups", pipe.xinfo_groups, keys.stream)
         add("pending", pipe.xpending, keys.stream, owner.group)
     replies = dict(zip(slots, pipe.execute(raise_on_error=False), strict=True))
+    _raise_errors(replies)
+    if owner is None:
+        return ShardSnapshot(objects=replies["objects"], stream=stream_info(replies["stream"]))
+    return _owner_snapshot(replies, owner.group)
+
+
+def _raise_errors(replies: dict[str, Any]) -> None:
+    """Raise the first error among ``replies``: :class:`GroupExistsError` for the group's
+    creation first; a stream that does not exist is no error."""
     created = replies.get("created")
     if isinstance(created, redis.ResponseError) and "BUSYGROUP" in str(created):
         raise GroupExistsError(str(created))
     for name, reply in replies.items():
         if isinstance(reply, Exception) and not (name == "stream" and _no_stream(reply)):
             raise reply
-    snapshot = ShardSnapshot(objects=replies["objects"], stream=stream_info(replies["stream"]))
-    if owner is None:
-        return snapshot
+
+
+def _owner_snapshot(replies: dict[str, Any], group: str) -> ShardSnapshot:
+    """A takeover's snapshot from its ``MULTI``'s replies, by what each read."""
     holder, epoch = replies["lease"]
     pending = replies["pending"]
     named = [{_text(name): value for name, value in g.items()} for g in replies["groups"]]
     return ShardSnapshot(
-        objects=snapshot.objects,
-        stream=snapshot.stream,
+        objects=replies["objects"],
+        stream=stream_info(replies["stream"]),
         lease=(holder, epoch),
         held=replies["held"],
-        group=next(g for g in named if _text(g["name"]) == owner.group),
+        group=next(g for g in named if _text(g["name"]) == group),
         pending=int(pending[0] if isinstance(pending, list) else pending["pending"]),
     )
+
+
+def _create_group(client: redis.Redis, stream: str, group: str) -> None:
+    """``group`` on ``stream`` at its end, unless it exists (``BUSYGROUP``)."""
+    try:
+        client.xgroup_create(stream, group, id="$", mkstream=True)
+    except redis.ResponseError as err:
+        if "BUSYGROUP" not in str(err):
+            raise
 
 
 def stream_info(reply: Any) -> dict[str, Any]:
