@@ -35,7 +35,6 @@ converge within a heartbeat, and with them the assignment.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,7 +53,8 @@ from processor_svc.assignment import assign_shards
 from processor_svc.lease_group import LeaseGroup
 from processor_svc.membership import Membership, decode_members
 from processor_svc.owned_shards import OwnedShards
-from processor_svc.shard_leases import LeaseAttempt, ShardLease, shard_leases
+from processor_svc.ownership_steps import OwnershipSteps
+from processor_svc.shard_leases import ShardLease, shard_leases
 
 __all__ = ["ShardLease", "ShardOwnership"]
 
@@ -158,9 +158,6 @@ class ShardOwnership:
         )
         warn_if_calls_outlast_the_margin(self._leases[0], timing.renew_deadline, "shard owner")
         self._client = client
-        self._on_acquired = on_acquired
-        self._on_lost = on_lost
-        self._on_losing = on_losing
         self._heartbeat_interval = membership.heartbeat_interval
         self._settle_limit = membership.member_ttl
         self._renew_deadline = timing.renew_deadline
@@ -174,8 +171,20 @@ class ShardOwnership:
         self._stopping = False
         self._release_on_stop = True
         self._shards = OwnedShards(self._cond)
+        self._steps = OwnershipSteps(
+            leases=self._leases,
+            shards=self._shards,
+            member_id=member_id,
+            on_acquired=on_acquired,
+            on_lost=on_lost,
+            on_losing=on_losing,
+            renew_deadline=self._renew_deadline,
+            clock=self._clock,
+            errors=self._errors,
+            extra=self._extra,
+            stopping=self._is_stopping,
+        )
         # Coordinator thread only:
-        self._lost_epoch: dict[int, int] = {}  # shard -> the epoch of our last ended ownership
         self._members_seen: tuple[str, ...] | None = None
 
     # --- public API ------------------------------------------------------------------------------
@@ -306,7 +315,7 @@ class ShardOwnership:
         stable_since = started
         while self._wait_until(min(next_view, next_tick, self._next_renew_deadline())):
             try:
-                self._enforce_renew_deadlines()
+                self._steps.enforce_renew_deadlines()
                 now = self._clock.now()
                 if now < next_view and now < next_tick:
                     continue  # woken for a renew deadline only
@@ -342,6 +351,10 @@ class ShardOwnership:
             return False
         return now - stable_since < self._heartbeat_interval
 
+    def _is_stopping(self) -> bool:
+        with self._cond:
+            return self._stopping
+
     def _wait_until(self, deadline: float) -> bool:
         """Sleep until ``deadline`` (clock time); ``False`` once :meth:`stop` was called."""
         with self._cond:
@@ -351,18 +364,6 @@ class ShardOwnership:
 
     def _next_renew_deadline(self) -> float:
         return self._shards.next_renew_deadline(self._renew_deadline)
-
-    def _enforce_renew_deadlines(self) -> None:
-        """``on_lost`` for every owned shard that went ``renew_deadline`` without a renewal.
-
-        Called before every Redis call, so a loss is noticed at most one (bounded) call late.
-        The lease is not released: Redis is presumably what failed, and a lease that is still
-        ours is released (or renewed with a new epoch) by a later tick.
-        """
-        late = self._shards.late(self._clock.now(), self._renew_deadline)
-        self._losing([shard for shard, _ in late])
-        for shard, silent in late:
-            self._lose(shard, f"could not renew for {silent:.2f} s (renew deadline)", False)
 
     def _read_view(self) -> _View | None:
         """Heartbeat, then read the live members and every lease holder: one round trip."""
@@ -400,162 +401,32 @@ class ShardOwnership:
         for shard, (epoch, reason) in sorted(given_up.items()):
             current = self._shards.get(shard)
             if redis_ok and current is not None and current.epoch == epoch:
-                redis_ok = self._lose(shard, reason, True)
+                redis_ok = self._steps.lose(shard, reason, True)
         if given_up:
             owned = self._shards.shards()
         leaving = sorted(owned - mine)
-        self._losing(leaving)
+        self._steps.losing(leaving)
         for shard in leaving:
-            self._enforce_renew_deadlines()  # a slow hand-over must not outlast the others' leases
+            # A slow hand-over must not outlast the others' leases.
+            self._steps.enforce_renew_deadlines()
             redis_ok = (
-                self._lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
+                self._steps.lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
             )
         for shard, holder in view.owners.items():
             if redis_ok and holder == me and shard not in owned and shard not in mine:
-                redis_ok = self._release(shard)  # ours from an ended ownership: let them in
-        if not redis_ok or not self._renew(sorted(owned & mine)):
+                redis_ok = self._steps.release(shard)  # ours from an ended ownership: let them in
+        if not redis_ok or not self._steps.renew(sorted(owned & mine)):
             return None
         owned = self._shards.shards()  # a lapsed lease was lost just now: take it again
-        return self._acquire(sorted(mine - owned))
-
-    def _renew(self, shards: list[int]) -> bool:
-        """Renew the leases of owned ``shards``; ``False`` if Redis failed."""
-        for shard in shards:
-            self._enforce_renew_deadlines()
-            owned = self._shards.get(shard)
-            if owned is None:
-                continue  # lost at its deadline just now; a later tick takes it back
-            attempt = self._call(shard, renew_epoch=owned.epoch)
-            if attempt is None:
-                return False
-            self._renewed(shard, attempt)
-        return True
-
-    def _acquire(self, shards: list[int]) -> float | None:
-        """Try to acquire ``shards``; returns the earliest expiry of a lease held by another."""
-        retry_at: float | None = None
-        for shard in shards:
-            attempt = self._call(shard)
-            if attempt is not None and self._is_stale(shard, attempt):
-                # Our lease from an ownership that already ended: a new one needs a new epoch.
-                attempt = self._call(shard) if self._release(shard) else None
-            if attempt is None:
-                return retry_at
-            status = attempt.status
-            if status.held:
-                self._acquired(shard, attempt)
-            elif math.isfinite(status.ttl):  # a departed owner's lease: try again at its expiry
-                expiry = self._clock.now() + status.ttl + 0.002
-                retry_at = expiry if retry_at is None else min(retry_at, expiry)
-        return retry_at
-
-    def _is_stale(self, shard: int, attempt: LeaseAttempt) -> bool:
-        return attempt.status.held and attempt.status.epoch == self._lost_epoch.get(shard)
-
-    def _call(self, shard: int, *, renew_epoch: int | None = None) -> LeaseAttempt | None:
-        """One acquire-or-renew of ``shard``'s lease, or with ``renew_epoch`` a renewal of that
-        ownership only (a lapsed lease is reported, not re-acquired); ``None`` (logged) if
-        Redis failed.
-
-        Checks the renew deadlines first, and reports when the call *started*.
-        """
-        self._enforce_renew_deadlines()
-        with self._cond:
-            if self._stopping:
-                return None
-        started = self._clock.now()
-        lease = self._leases[shard]
-        try:
-            if renew_epoch is None:
-                status = lease.try_acquire_or_renew()
-            else:
-                status = lease.renew(renew_epoch)
-        except Exception as error:
-            self._errors.failure(f"shard {shard}: lease acquire/renew failed", error, self._extra)
-            return None
-        self._errors.success("Redis answers again", self._extra)
-        return LeaseAttempt(status, started)
-
-    def _renewed(self, shard: int, attempt: LeaseAttempt) -> None:
-        status = attempt.status
-        held_epoch = status.epoch if status.held else None
-        recorded, epoch = self._shards.renewed(shard, held_epoch, attempt.started)
-        if recorded:
-            return
-        if status.holder is None:
-            # Our lease lapsed (expired, or Redis lost it) within our renew deadline. Someone
-            # may have owned the shard in between, so this ownership is over, and it must have
-            # stopped before a new one (with a new epoch) begins: the renewal does not take the
-            # lease again, the acquisition that follows in this tick does. Re-acquiring first
-            # made the old worker's handler calls run under the new epoch.
-            self._lose(shard, f"lease lapsed (epoch {epoch})", False)
-        elif status.holder == self._member_id:
-            # Ours with another epoch: only Redis losing data and our own later acquisition
-            # does that. Give it up; the next acquisition gets a fresh epoch.
-            self._lose(shard, f"lease holds another epoch ({status.epoch}, ours {epoch})", True)
-        else:
-            self._lose(shard, f"lease taken by {status.holder} with epoch {status.epoch}", False)
-
-    def _acquired(self, shard: int, attempt: LeaseAttempt) -> None:
-        epoch = attempt.status.epoch
-        self._shards.acquired(shard, epoch, attempt.started)
-        log.info("acquired shard %d with epoch %d", shard, epoch, extra=self._extra)
-        try:
-            self._on_acquired(shard, epoch)
-        except Exception:
-            log.exception(
-                "on_acquired(%d, %d) failed; releasing the shard", shard, epoch, extra=self._extra
-            )
-            self._lose(shard, "on_acquired failed", True)
-
-    def _lose(self, shard: int, reason: str, release: bool, level: int = logging.INFO) -> bool:
-        """End our ownership of ``shard``: ``on_lost`` first, then (``release``) the lease.
-
-        Returns ``False`` only when the release was tried and Redis failed.
-        """
-        owned = self._shards.end(shard)
-        if owned is None:
-            return True
-        self._lost_epoch[shard] = owned.epoch
-        log.log(level, "lost shard %d (epoch %d): %s", shard, owned.epoch, reason,
-                extra=self._extra)  # fmt: skip
-        try:
-            self._on_lost(shard)
-        except Exception:
-            log.exception("on_lost(%d) failed", shard, extra=self._extra)
-        return self._release(shard) if release else True
-
-    def _losing(self, shards: Sequence[int]) -> None:
-        """Tell the caller at once about every shard about to be lost in this step.
-
-        ``on_lost`` runs one shard at a time and may wait (a hand-over lets running handler
-        calls finish); without this, the shards later in the row kept calling handlers all
-        that while, unrenewed, and a slow row outlived their leases: the next owner's calls
-        then overlapped theirs.
-        """
-        if not shards or self._on_losing is None:
-            return
-        try:
-            self._on_losing(list(shards))
-        except Exception:
-            log.exception("on_losing(%s) failed", list(shards), extra=self._extra)
-
-    def _release(self, shard: int) -> bool:
-        """Release ``shard``'s lease if it is ours; ``False`` when Redis failed (it will expire)."""
-        try:
-            self._leases[shard].release()
-        except Exception as error:
-            self._errors.failure(f"shard {shard}: lease release failed", error, self._extra)
-            return False
-        return True
+        return self._steps.acquire(sorted(mine - owned))
 
     def _shutdown(self) -> None:
         with self._cond:
             wanted = release = self._release_on_stop
         owned = sorted(self._shards.shards())
-        self._losing(owned)
+        self._steps.losing(owned)
         for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
-            release = self._lose(shard, "stopping", release, logging.DEBUG) and release
+            release = self._steps.lose(shard, "stopping", release, logging.DEBUG) and release
         if owned:  # one line for them all, not one per shard
             left = "" if release else "; Redis failed, " if wanted else "; "
             log.info("stopping: %s shards %s%s", "handed back" if release else "stopped applying",
