@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from common.deltas import relist_diff, resource_version
@@ -67,45 +68,28 @@ class RelistSink(Protocol):
     def misplaced(self, key: str, shard_key: str | None) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Relister:
-    """Lists one resource and publishes the diff, through the reflector's publishing thread.
+    """Lists one resource and publishes the diff, through the reflector's publishing thread."""
 
-    ``publish`` hands a batch to that thread (no checkpoint: a relist's checkpoint is its
-    synced marker, which the reflector writes), ``flush`` waits until Redis has everything
-    handed over, ``stopped`` says the reflector is stopping, and ``refused`` is called when the
-    resourceVersion asked for was refused and the latest state listed instead (the reflector
-    asks for the latest until a list completes).
-    """
-
-    def __init__(
-        self,
-        *,
-        resource: str,
-        source: Lister,
-        sink: RelistSink,
-        deltas: DeltaBuilder,
-        metrics: ReflectorMetrics,
-        page_size: int,
-        request_timeout: float,
-        batch_max: int,
-        publish: Callable[[list[PendingDelta]], None],
-        flush: Callable[[], None],
-        stopped: Callable[[], bool],
-        refused: Callable[[], None],
-    ) -> None:
-        self.resource = resource
-        self._source = source
-        self._sink = sink
-        self._deltas = deltas
-        self._metrics = metrics
-        self._label = {"resource": resource}
-        self._page_size = page_size
-        self._request_timeout = request_timeout
-        self._batch_max = batch_max
-        self._publish = publish
-        self._flush = flush
-        self._stopped = stopped
-        self._refused = refused
+    resource: str
+    source: Lister
+    sink: RelistSink
+    deltas: DeltaBuilder
+    metrics: ReflectorMetrics
+    page_size: int
+    request_timeout: float
+    batch_max: int
+    publish: Callable[[list[PendingDelta]], None]
+    """Hands a batch to the publishing thread (no checkpoint: a relist's checkpoint is its
+    synced marker, which the reflector writes)."""
+    flush: Callable[[], None]
+    """Waits until Redis has everything handed over."""
+    stopped: Callable[[], bool]
+    """Whether the reflector is stopping."""
+    refused: Callable[[], None]
+    """Called when the resourceVersion asked for was refused and the latest state listed
+    instead (the reflector asks for the latest until a list completes)."""
 
     def list_and_diff(self, known: Mapping[str, str], resource_version: str) -> tuple[str, int]:
         """Paginated LIST at ``resource_version``, diffed against ``known`` (1.4-1.7); returns
@@ -120,12 +104,12 @@ class Relister:
             # 1.6: the continue token expired mid-list: one unpaginated LIST at the original RV,
             # diffed from scratch (what the first pages published stays valid: every publish
             # is idempotent per key, and the fresh diff sees it in the known state).
-            self._metrics.expired.labels(**self._label).inc()
+            self.metrics.expired.labels(resource=self.resource).inc()
             page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
-            self._flush()  # the fresh diff, and where keys are, see it all
-            known = self._sink.known_versions()
+            self.flush()  # the fresh diff, and where keys are, see it all
+            known = self.sink.known_versions()
             changes = self.publish_diff(
-                self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
+                self.deltas.prepared(page.items), known, snapshot_rv=page.resource_version
             )
             return page.resource_version, changes
 
@@ -135,8 +119,8 @@ class Relister:
         def next_page(token: str) -> ListPage:
             return self._page(resource_version=None, continue_token=token)
 
-        for page in follow_pages(first, next_page, stopped=self._stopped):
-            yield from self._deltas.prepared(page.items)
+        for page in follow_pages(first, next_page, stopped=self.stopped):
+            yield from self.deltas.prepared(page.items)
 
     def _first_page(self, resource_version: str) -> tuple[ListPage, str]:
         """The first page, and the resourceVersion it was finally asked at."""
@@ -148,20 +132,20 @@ class Relister:
             # 1.7: the RV we asked for is gone (or not there yet): ask for the latest state.
             if resource_version == "":
                 raise
-            self._metrics.expired.labels(**self._label).inc()
+            self.metrics.expired.labels(resource=self.resource).inc()
             log.info("%s: list at rv %r refused (%s); listing the latest", self.resource,
                      resource_version, exc)  # fmt: skip
-            self._refused()
+            self.refused()
             return self._page(resource_version="", continue_token=None), ""
 
     def _page(
         self, *, resource_version: str | None, continue_token: str | None, limit: int | None = None
     ) -> ListPage:
-        return self._source.list_page(
+        return self.source.list_page(
             resource_version=resource_version,
-            limit=self._page_size if limit is None else limit,
+            limit=self.page_size if limit is None else limit,
             continue_token=continue_token,
-            timeout=self._request_timeout,
+            timeout=self.request_timeout,
         )
 
     def publish_diff(
@@ -176,38 +160,38 @@ class Relister:
         asked: dict[str, str | None] = {}
 
         def moved(key: str, obj: Obj) -> bool:
-            shard_key = self._deltas.shard_key_of(obj, key)
-            if not self._sink.misplaced(key, shard_key):
+            shard_key = self.deltas.shard_key_of(obj, key)
+            if not self.sink.misplaced(key, shard_key):
                 return False
             asked[key] = shard_key
             return True
 
         diff = relist_diff(
             objects, known, self._last_known_objects, snapshot_rv=snapshot_rv,
-            moved=moved if self._sink.tracks_placement else None,
+            moved=moved if self.sink.tracks_placement else None,
         )  # fmt: skip
         for key, delta in diff:
-            pending = self._deltas.pending(delta, asked.pop(key, ...))
+            pending = self.deltas.pending(delta, asked.pop(key, ...))
             if pending is None:
                 continue
             batch.append(pending)
-            if len(batch) >= self._batch_max:
-                self._publish(batch)
+            if len(batch) >= self.batch_max:
+                self.publish(batch)
                 published += len(batch)
                 batch = []
         if batch:
-            self._publish(batch)
+            self.publish(batch)
             published += len(batch)
         return published
 
     def _last_known_objects(self, keys: list[str]) -> dict[str, Obj | None]:
         """The objects published last for vanished keys: what their tombstones carry."""
         found: dict[str, Obj | None] = {}
-        for key, data in self._sink.last_objects(keys).items():
+        for key, data in self.sink.last_objects(keys).items():
             try:
                 found[key] = decode_envelope(data).obj
             except WireDecodeError as exc:
-                self._deltas.bad_input("corrupt_known_state", f"{key}: {exc}")
+                self.deltas.bad_input("corrupt_known_state", f"{key}: {exc}")
                 found[key] = None
         return found
 
@@ -223,14 +207,14 @@ class Relister:
                         if annotations.get(INITIAL_EVENTS_END) == "true":
                             done_rv = resource_version(event.obj)
                     elif event.type == "ADDED":
-                        prepared = self._deltas.prepare(event.obj)
+                        prepared = self.deltas.prepare(event.obj)
                         if prepared is not None:
                             initial.append(prepared)
                 if done_rv is not None:
                     return done_rv
         except MalformedWatchEventError as bad:
             # No position to resume from before the list is complete: it starts over.
-            self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
+            self.metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
             log.warning("%s: bad line in the initial events of a watch-list (%s)",
                         self.resource, bad)  # fmt: skip
             raise RelistNeeded("the watch-list's initial events were cut short") from bad
