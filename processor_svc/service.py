@@ -69,6 +69,7 @@ from processor_svc.metrics import ProcessorMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.ownership import ShardOwnership
 from processor_svc.publication_gate import PublicationGate
+from processor_svc.reading_loop import ReadingLoop
 from processor_svc.replica_reader import ReplicaReader
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard_worker import ShardWorker
@@ -103,8 +104,8 @@ class ProcessorService:
         self._plan(extra_handlers)
         for resource in self.plan.co_sharded:
             self.metrics.add_co_sharded(resource, settings.shard_count)
-        # Blocking stream reads get their own connections inside the workers (socket timeout
-        # above the BLOCK time); this client serves the short commands. A renewal renews one
+        # The reading loop's blocking wait gets its own connection (socket timeout above the
+        # BLOCK time); this client serves the short commands. A renewal renews one
         # lease per co-sharded resource.
         self.redis, self.lease_redis = service_clients(
             settings.redis, settings.lease, calls_per_renewal=len(self.plan.co_sharded)
@@ -123,6 +124,8 @@ class ProcessorService:
         self._units: dict[int, dict[str, ShardWorker]] = {}
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
+        # Every owned shard of every co-sharded resource is read by this one thread.
+        self._reading = ReadingLoop(self.redis, block_ms=settings.block_ms)
         self._workers_lock = threading.Lock()
         self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
@@ -277,6 +280,7 @@ class ProcessorService:
                 self._membership.leave()
             except redis.RedisError as exc:
                 log.warning("%s: could not leave the members: %r", self.resource, exc)
+        self._reading.close()
         for reader in self._replicas:
             reader.stop()
         for resource, dispatcher in self.dispatchers.items():
@@ -423,6 +427,7 @@ class ProcessorService:
                 view=self.views[resource],
                 moves=self.moves.get(resource),
                 replica_wait=ReplicaWait.of(settings.durability),
+                loop=self._reading,
             )
         with self._workers_lock:
             self._units[shard] = workers
