@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from common.redis_layout.publish_scripts import parse_moving
+from common.redis_replies import as_text
 
 __all__ = ["Copy", "PendingMove", "Placement"]
 
@@ -99,8 +100,8 @@ class Placement:
         copies: dict[str, tuple[Copy, ...]] = {}
         for shard, known in enumerate(versions):
             for key, version in known.items():
-                name = _text(key)
-                copies[name] = (*copies.get(name, ()), Copy(shard, _text(version)))
+                name = as_text(key)
+                copies[name] = (*copies.get(name, ()), Copy(shard, as_text(version)))
         self._copies = copies
         self.load_pending(moving)
         self.loaded = True
@@ -111,10 +112,10 @@ class Placement:
         pending: dict[tuple[str, str], PendingMove] = {}
         for shard, entries in enumerate(moving):
             for key, value in entries.items():
-                parsed = parse_moving(_text(value))
+                parsed = parse_moving(as_text(value))
                 if parsed is not None:
                     to_shard, stream_id, rv = parsed
-                    pending[_text(key), rv] = PendingMove(shard, to_shard, stream_id, rv)
+                    pending[as_text(key), rv] = PendingMove(shard, to_shard, stream_id, rv)
         self.pending = pending
 
     def written(self, key: str, shard: int, version: str | None) -> None:
@@ -148,7 +149,3 @@ class Placement:
             return None
         del self.pending[key, rv]
         return move
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

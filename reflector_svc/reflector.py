@@ -41,11 +41,12 @@ from typing import Protocol
 import redis
 
 from common.backoff import Backoff
-from common.deltas import relist_diff, resource_version
+from common.deltas import relist_diff
 from common.keys import Obj
 from common.publication import ResourceLayout
 from common.replica_wait import ReplicationShortfallError
 from common.shard_keys import ShardKeyChoice
+from common.versions import is_integer_version, resource_version
 from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (
     ApiUnavailableError,
@@ -501,7 +502,7 @@ class Reflector:
         """
         if self._rv_unavailable:
             return ""
-        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and rv.isdigit()]
+        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and is_integer_version(rv)]
         if candidates:
             return max(candidates, key=int)
         return self.last_rv if self.last_rv is not None else "0"
@@ -743,7 +744,7 @@ class Reflector:
 
     def _advance(self, rv: str) -> None:
         self.last_rv = rv
-        if rv.isdigit():
+        if is_integer_version(rv):
             self._metrics.last_resource_version.labels(**self._label).set(int(rv))
 
     def _maybe_checkpoint_all(self) -> None:
