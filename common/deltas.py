@@ -26,7 +26,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.versions import compare_resource_versions, is_integer_version, resource_version
 
 __all__ = [

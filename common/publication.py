@@ -34,7 +34,7 @@ from common.redis_layout import (
 )
 from common.redis_replies import as_text
 from common.resource_ids import likely_meant, word_forms
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 __all__ = [
     "Publication",

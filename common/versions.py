@@ -13,7 +13,7 @@ script does not compare at all). Pure.
 
 from __future__ import annotations
 
-from common.keys import Obj
+from common.object_keys import Obj
 
 __all__ = ["compare_resource_versions", "is_integer_version", "resource_version"]
 

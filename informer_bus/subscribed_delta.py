@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from common.deltas import DeltaType
-from common.keys import Obj, namespace_of
+from common.object_keys import Obj, namespace_of
 from common.wire import DeltaEnvelope, WireDecodeError
 
 __all__ = ["SubscribedDelta", "UndecodableEntry"]

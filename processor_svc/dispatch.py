@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from processor_svc.ack_tracker import AckToken
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.resync import checked_resync_periods

@@ -57,7 +57,7 @@ from typing import Final, TypeAlias
 import orjson
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.wire import DeltaEnvelope
 from processor_svc.view import GroupView
 

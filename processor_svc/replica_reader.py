@@ -37,7 +37,7 @@ import redis
 
 from common.backoff import Backoff
 from common.handlers import process_deltas
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import ShardKeys
 from common.redis_replies import as_text
 from common.store import IndexFuncError

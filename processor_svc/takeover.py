@@ -49,7 +49,7 @@ from typing import Any, Final, Protocol
 from redis.exceptions import ResponseError
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
 from common.redis_replies import as_text
 from common.store import IndexFuncError

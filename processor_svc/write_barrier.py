@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.versions import compare_resource_versions
 
 __all__ = ["DEFAULT_TIMEOUT", "GONE", "CacheReader", "Expectation", "Verdict", "WriteBarrier"]

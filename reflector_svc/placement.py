@@ -2,7 +2,7 @@
 
 A resource sharded by its objects' keys keeps every object on the one shard its key hashes to,
 so a key alone says where the object is. Sharded by anything the object says (its controlling
-owner, a label: :mod:`common.shard_keys`), the shard is a function of the object's *state*, and
+owner, a label: :mod:`common.shard_routing`), the shard is a function of the object's *state*, and
 a new owner or a relabel sends the object to another shard: a *move*, whose outgoing half goes
 to the shard that knows the key and whose incoming half goes to the shard the new state maps
 to (:mod:`reflector_svc.moves`). The publisher therefore has to know, for every key, which

@@ -30,7 +30,7 @@ int64 etcd revision above 2**53 still compares right); when either side is not a
 integer, only equality counts as "already have it". They are only used to skip duplicates,
 never to order.
 
-Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_keys`):
+Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_routing`):
 the publisher keeps where each key lives (:mod:`reflector_svc.placement`) and writes a batch
 with moves as sub-batches, each cut after a move's outgoing half, the replay rule on in every
 one and the checkpoint moved only as far as every event before the move
@@ -71,7 +71,7 @@ from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
 from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.versions import is_integer_version
 from reflector_svc.moves import MovePlan, SubBatch, Write

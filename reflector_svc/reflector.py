@@ -42,10 +42,10 @@ import redis
 
 from common.backoff import Backoff
 from common.deltas import relist_diff
-from common.keys import Obj
+from common.object_keys import Obj
 from common.publication import ResourceLayout
 from common.replica_wait import ReplicationShortfallError
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.versions import is_integer_version, resource_version
 from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (

@@ -23,7 +23,7 @@ one ends the header whatever the object part holds, and every v2 entry starts ``
 
 Version 3 (issue 15) is version 2 plus one header field, ``mv``, and is written only for the two
 halves of a *move*: an object whose shard key changed (a new owner, a relabel:
-:mod:`common.shard_keys`) leaves its old shard as a ``Deleted`` entry marked ``"mv":{"to":S}``
+:mod:`common.shard_routing`) leaves its old shard as a ``Deleted`` entry marked ``"mv":{"to":S}``
 (the shard it goes to; the object part is its last state on the old shard) and arrives on the
 new shard as an ``Added`` entry marked ``"mv":{"from":S,"id":"<entry id>"}``, naming the old
 shard and the stream id of that deletion there, so a consumer holding both shards can apply the

@@ -11,7 +11,7 @@ from typing import Final
 import orjson
 
 from common.codec import Codec
-from common.keys import Obj
+from common.object_keys import Obj
 from common.wire.envelope import HEADED
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from common.keys import Obj, namespace_of
+from common.object_keys import Obj, namespace_of
 from common.wire.envelope import (
     DEFAULT_MAX_BYTES,
     FIELD,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from common.keys import namespace_of
+from common.object_keys import namespace_of
 from common.wire.envelope import (
     DEFAULT_MAX_BYTES,
     FIELD,

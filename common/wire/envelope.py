@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, NamedTuple
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 
 WIRE_VERSION: Final = 2
 """The version :func:`~common.wire.encode_envelope` writes for every delta but a move's halves."""
@@ -171,7 +171,7 @@ class DeltaEnvelope:
         The reflector's per-event path: the cache key is computed here, once, and read back
         as :attr:`key`. Key, resourceVersion and uid are taken from ``obj``, so they agree
         with it by construction and only the types are checked; an object without a usable
-        name raises :class:`~common.keys.InvalidKeyError` (a ``ValueError``).
+        name raises :class:`~common.object_keys.InvalidKeyError` (a ``ValueError``).
         """
         key = meta_namespace_key(obj)
         resource_version, uid = _version_and_uid(obj)

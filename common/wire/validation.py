@@ -17,7 +17,7 @@ from typing import Any, Final
 import orjson
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.wire.envelope import (
     EntryHeader,
     WireDecodeError,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.deltas import Delta, DeltaType, publish_is_skipped, relist_diff
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.versions import resource_version
 
 

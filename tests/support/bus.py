@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.publication import ResourceLayout
 from common.redis_layout import DEFAULT_PREFIX, PROCESSOR_GROUP, ResourceKeys, ShardKeys
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.versions import is_integer_version
 from common.wire import FIELD, DeltaEnvelope, Move, decode_envelope

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from common.deltas import DeltaType, publish_is_skipped
-from common.keys import Obj, meta_namespace_key
+from common.object_keys import Obj, meta_namespace_key
 from common.publication import ResourceLayout
 from common.versions import compare_resource_versions
 from reflector_svc.publish_records import (

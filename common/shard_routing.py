@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
-from common.keys import Obj, namespace_of
+from common.object_keys import Obj, namespace_of
 from common.sharding import shard_for
 
 __all__ = [
