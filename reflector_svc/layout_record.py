@@ -15,7 +15,7 @@ import logging
 from typing import Protocol
 
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from reflector_svc.publish_records import ResumePoint
 
 __all__ = ["LayoutSink", "record_layout"]

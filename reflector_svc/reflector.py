@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from common.backoff import Backoff
-from common.deltas import resource_version
-from common.keys import Obj
+from common.object_keys import Obj
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
+from common.versions import is_integer_version, resource_version
 from reflector_svc.api_errors import MalformedWatchEventError, WatchListUnsupportedError
 from reflector_svc.bad_lines import BadLinePolicy
 from reflector_svc.delta_builder import DeltaBuilder
@@ -369,7 +369,7 @@ class Reflector:
         """
         if self._rv_unavailable:
             return ""
-        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and rv.isdigit()]
+        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and is_integer_version(rv)]
         if candidates:
             return max(candidates, key=int)
         return self.last_rv if self.last_rv is not None else "0"
@@ -505,7 +505,7 @@ class Reflector:
 
     def _advance(self, rv: str) -> None:
         self.last_rv = rv
-        if rv.isdigit():
+        if is_integer_version(rv):
             self._metrics.last_resource_version.labels(**self._label).set(int(rv))
 
     def _maybe_checkpoint_all(self) -> None:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from common.deltas import relist_diff, resource_version
-from common.keys import Obj
+from common.deltas import relist_diff
+from common.object_keys import Obj
+from common.versions import resource_version
 from common.wire import WireDecodeError, decode_envelope
 from reflector_svc.api_errors import (
     MalformedWatchEventError,

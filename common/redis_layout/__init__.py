@@ -13,7 +13,7 @@ protocol between them. It lives here, and only here: the reflector, the processo
 Pure: nothing here talks to Redis.
 """
 
-from common.redis_layout.keys import (
+from common.redis_layout.key_names import (
     DEFAULT_PREFIX,
     GROUP_KEY_SUFFIXES,
     GROUP_NAME_SYNTAX,

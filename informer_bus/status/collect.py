@@ -30,6 +30,8 @@ from common.redis_layout import (
     ResourceKeys,
     ShardKeys,
 )
+from common.redis_replies import as_text
+from common.versions import is_integer_version
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -57,14 +59,10 @@ def status_client(
     )  # fmt: skip
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _int(value: Any) -> int | None:
-    text = _text(value)
+    if type(value) is int:  # a count in a reply (XINFO, PTTL)
+        return value
+    text = as_text(value)
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
@@ -74,7 +72,7 @@ def _ok(reply: Any) -> Any:
 
 
 def _id_ms(stream_id: Any) -> int | None:
-    text = _text(stream_id)
+    text = as_text(stream_id)
     if not text:
         return None
     millis, _, _ = text.partition("-")
@@ -83,7 +81,7 @@ def _id_ms(stream_id: Any) -> int | None:
 
 def _rv_order(rv: str) -> tuple[int, int, str]:
     """Sort key: decimal RVs as integers (etcd revisions), anything else after, by text."""
-    return (0, int(rv), "") if rv.isdigit() else (1, 0, rv)
+    return (0, int(rv), "") if is_integer_version(rv) else (1, 0, rv)
 
 
 @dataclass
@@ -112,7 +110,7 @@ class _GroupShard:
 
     @property
     def last_delivered(self) -> str | None:
-        return None if self.info is None else _text(self.info.get("last-delivered-id"))
+        return None if self.info is None else as_text(self.info.get("last-delivered-id"))
 
     def undelivered(self, stream: dict[str, Any] | None) -> int | None:
         """Entries after the group's position; 0 when the position is the stream's end."""
@@ -121,7 +119,7 @@ class _GroupShard:
         lag = _int(self.info.get("lag"))
         if lag is not None:
             return lag
-        if self.last_delivered == _text(stream.get("last-generated-id")):
+        if self.last_delivered == as_text(stream.get("last-generated-id")):
             return 0
         return None
 
@@ -150,7 +148,7 @@ class _ShardReplies:
         self.checkpoint = {str(k): str(v) for k, v in (checkpoint or {}).items()}
         self.stream = stream
         for info in groups or ():
-            name = _text(info.get("name"))
+            name = as_text(info.get("name"))
             if name is not None:
                 self.infos[name] = info
         self.objects = int(objects or 0)
@@ -210,7 +208,7 @@ def _group_shard_status(shard: _ShardReplies, group: _GroupShard, now_ms: int) -
     return GroupShardStatus(
         shard=shard.keys.shard,
         exists=group.info is not None,
-        owner=_text(group.lease[0]),
+        owner=as_text(group.lease[0]),
         owner_epoch=_int(group.lease[1]),
         entries_read=_int(group.info.get("entries-read")) if group.info else None,
         lag=lag,
