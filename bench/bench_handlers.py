@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 
 __all__ = [
     "DIR_ENV",
@@ -176,7 +176,7 @@ class Trivial(Reporting):
 class KeyOnly(Reporting):
     """Counts every call and takes the object's key, nothing else of it (issue 35: what the
     processor itself costs when a handler reads nothing of the objects it is given; ``old`` is
-    never touched, and of ``new`` only what :func:`common.keys.meta_namespace_key` reads).
+    never touched, and of ``new`` only what :func:`common.object_keys.meta_namespace_key` reads).
 
     With no commit stamp it reports no latency: its stats carry ``last_update_ns``, the clock
     of its latest ``on_update``, for a burst's end."""

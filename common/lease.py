@@ -50,6 +50,7 @@ import redis
 from redis.retry import Retry
 
 from common.redis_layout import lease_scripts, script_runner
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
 
 __all__ = [
@@ -184,10 +185,6 @@ def _lookup_seconds(client: redis.Redis) -> float:
     return float(each * len(manager.sentinels))
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class RedisLease:
     """A lease on ``key`` with fencing epochs from ``epoch_key``; see the module docstring.
 
@@ -288,7 +285,7 @@ class RedisLease:
         return LeaseStatus(
             held=bool(held),
             epoch=int(epoch),
-            holder=_text(holder),
+            holder=as_text(holder),
             ttl=math.inf if int(ttl_ms) < 0 else int(ttl_ms) / 1000,
         )
 
@@ -322,7 +319,7 @@ class RedisLease:
         )
         if held:
             self._held_epoch = int(current)
-        name = _text(holder) or None
+        name = as_text(holder) or None
         return LeaseStatus(
             held=bool(held),
             epoch=int(current),
@@ -352,7 +349,7 @@ class RedisLease:
         holder, epoch = script_runner.run(
             self._client, lease_scripts.READ, [self.key, self.epoch_key]
         )
-        name = _text(holder)
+        name = as_text(holder)
         return (name or None), int(epoch)
 
     def __repr__(self) -> str:

@@ -32,8 +32,9 @@ from common.redis_layout import (
 )
 from common.redis_layout.checkpoint import is_listed, queue_listed
 from common.redis_layout.lease_reads import decode_holder, queue_holder
+from common.redis_replies import as_text
 from common.resource_ids import likely_meant, word_forms
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 __all__ = [
     "Publication",
@@ -80,7 +81,7 @@ class ResourceLayout:
     def from_fields(cls, fields: Mapping[bytes | str, bytes | str]) -> ResourceLayout | None:
         """The layout a hash holds; ``None`` when it holds none (a reflector from before
         layouts); ``ValueError`` (one line) when what it holds is unusable."""
-        text = {_text(name): _text(value) for name, value in fields.items()}
+        text = {as_text(name): as_text(value) for name, value in fields.items()}
         if not text:
             return None
         try:
@@ -122,7 +123,7 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
     ``SCAN``."""
     try:
         listed = client.hgetall(resources_key(prefix))
-        known = [_text(name) for name in listed] + word_forms(resource)
+        known = [as_text(name) for name in listed] + word_forms(resource)
         candidates = likely_meant(resource, known)
         if not candidates:
             return []
@@ -133,10 +134,6 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
     return [name for name, rv in zip(candidates, listed_rvs, strict=True) if is_listed(rv)]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)

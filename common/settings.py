@@ -31,7 +31,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, TypeVar
 
-from common.redis_layout.keys import DEFAULT_PREFIX
+from common.redis_layout.key_names import DEFAULT_PREFIX
 
 __all__ = [
     "ENV_PREFIX",

@@ -14,7 +14,7 @@ from common.handlers import (
     ResourceEventHandlerFuncs,
     process_deltas,
 )
-from common.keys import (
+from common.object_keys import (
     DeletedFinalStateUnknown,
     InvalidKeyError,
     Obj,

@@ -3,7 +3,7 @@ the consumer groups that have keys of their own.
 
 No registry of resources exists in Redis (none is needed by the services), so the tools that
 look at a pipeline from outside (``status``, ``subscribe``) find it from the key names,
-parsed by :mod:`common.redis_layout.keys`. ``SCAN`` is one pass over the keyspace that only
+parsed by :mod:`common.redis_layout.key_names`. ``SCAN`` is one pass over the keyspace that only
 informer-bus keys match; on a Redis Cluster redis-py scans every primary.
 """
 

@@ -47,6 +47,7 @@ from common.redis_layout import (
 )
 from common.redis_layout.members import queue_live_count, redis_time_ms
 from common.redis_layout.snapshot import GroupExistsError, read_snapshot
+from common.redis_replies import as_text
 
 __all__ = [
     "GroupCursor",
@@ -65,10 +66,6 @@ _NEW: Final = ">"
 
 class GroupRefused(ValueError):
     """The group cannot be used by a subscriber (bad name, processors are using it); one line."""
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +153,7 @@ class GroupCursor:
             pipe.xpending(keys.stream, self.group)
             groups, redo, stream, pending = pipe.execute(raise_on_error=False)
         listed = [] if isinstance(groups, Exception) else groups  # no stream yet: no group
-        mine = [info for info in listed if _text(info["name"]) == self.group]
+        mine = [info for info in listed if as_text(info["name"]) == self.group]
         exists = bool(mine)
         if exists and not redo:
             lost = _trimmed(mine[0], stream, pending)
@@ -177,7 +174,7 @@ class GroupCursor:
                 "run one subscriber per group"
             ) from None
         info = snapshot.stream
-        last_id = _text(info["last-generated-id"])
+        last_id = as_text(info["last-generated-id"])
         if isinstance(info.get("entries-added"), int):
             # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
             # later start tell what a forced trim cost the group (_trimmed).
@@ -254,12 +251,12 @@ class GroupCursor:
             if position == _NEW:
                 continue
             entries = returned.get(stream)
-            self._positions[stream] = _text(entries[-1][0]) if entries else _NEW
+            self._positions[stream] = as_text(entries[-1][0]) if entries else _NEW
         return [(stream, entries) for stream, entries in batches if entries]
 
 
 def _id(entry_id: bytes | str) -> tuple[int, int]:
-    ms, _, seq = _text(entry_id).partition("-")
+    ms, _, seq = as_text(entry_id).partition("-")
     return int(ms), int(seq or 0)
 
 
@@ -297,7 +294,7 @@ def stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:
         return []
     if isinstance(reply, dict):  # RESP3 wraps each stream's entries in one more list
         return [
-            (_text(stream), list(wrapped[0]) if wrapped else [])
+            (as_text(stream), list(wrapped[0]) if wrapped else [])
             for stream, wrapped in reply.items()
         ]
-    return [(_text(stream), list(entries)) for stream, entries in reply]
+    return [(as_text(stream), list(entries)) for stream, entries in reply]

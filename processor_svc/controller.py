@@ -63,7 +63,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
 from processor_svc.handlers import (

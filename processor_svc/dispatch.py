@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, TypeAlias
 
 from common.handlers import ResourceEventHandler
-from common.keys import Obj
+from common.object_keys import Obj
 from processor_svc.ack_tracker import AckToken
 from processor_svc.key_events import KeyEventHandler
 from processor_svc.metrics import ProcessorMetrics

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from common.handlers import ResourceEventHandler
-from common.keys import Obj
+from common.object_keys import Obj
 from common.plugins import PluginError, load_plugin, user_traceback
 from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from processor_svc.ack_tracker import AckToken
 from processor_svc.key_events import KeyNotification
 

@@ -37,9 +37,10 @@ import redis
 
 from common.backoff import Backoff
 from common.handlers import process_deltas
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import ShardKeys
 from common.redis_layout.snapshot import read_snapshot, stream_info
+from common.redis_replies import as_text
 from common.store import IndexFuncError
 from common.wire import (
     DEFAULT_MAX_BYTES,
@@ -56,7 +57,6 @@ from processor_svc.dispatch import (
     NotificationCollector,
     UpdateNotification,
 )
-from processor_svc.fenced_stream import as_text
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore

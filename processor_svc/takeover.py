@@ -47,8 +47,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout.snapshot import read_snapshot
+from common.redis_replies import as_text
 from common.store import IndexFuncError
 from common.wire import (
     WireDecodeError,
@@ -58,7 +59,7 @@ from common.wire import (
 )
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
-from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
+from processor_svc.fenced_stream import DeadLetter, FencedStream, id_tuple, raw_of
 from processor_svc.held_keys import HeldState, TakeoverReckoning
 from processor_svc.metrics import ShardMetrics
 from processor_svc.move_gate import MoveGate

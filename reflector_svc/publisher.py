@@ -30,7 +30,7 @@ int64 etcd revision above 2**53 still compares right); when either side is not a
 integer, only equality counts as "already have it". They are only used to skip duplicates,
 never to order.
 
-Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_keys`):
+Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_routing`):
 the publisher keeps where each key lives (:mod:`reflector_svc.placement`) and writes a batch
 with moves as sub-batches, each cut after a move's outgoing half, the replay rule on in every
 one and the checkpoint moved only as far as every event before the move
@@ -68,9 +68,11 @@ from common.redis_layout import ResourceKeys, ShardKeys, script_runner
 from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint, queue_checkpoint
 from common.redis_layout.lua import LuaScript
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
+from common.versions import is_integer_version
 from reflector_svc.moves import MovePlan, SubBatch, Write
 from reflector_svc.placement import Placement
 from reflector_svc.publish_records import (
@@ -211,7 +213,7 @@ class ShardPublisher:
             plan.record(
                 sub,
                 {
-                    shard: tuple(_text(stream_id) or None for stream_id in reply[1:])
+                    shard: tuple(as_text(stream_id) or None for stream_id in reply[1:])
                     for shard, reply in zip(groups, replies, strict=True)
                 },
             )
@@ -272,7 +274,7 @@ class ShardPublisher:
         results: dict[int, ShardPublishResult] = {}
         by_type: collections.Counter[DeltaType] = collections.Counter()
         for (shard, group), reply in zip(groups.items(), replies, strict=True):
-            stream_ids = tuple(_text(stream_id) or None for stream_id in reply[1:])
+            stream_ids = tuple(as_text(stream_id) or None for stream_id in reply[1:])
             results[shard] = ShardPublishResult(shard, stream_ids)
             for delta, stream_id in zip(group, stream_ids, strict=True):
                 if stream_id is not None:
@@ -353,7 +355,7 @@ class ShardPublisher:
         present = [rv for rv in rvs if rv is not None]
         if len(present) < len(rvs):
             return ResumePoint(None, True)
-        if all(rv.isdigit() and rv.isascii() for rv in present):
+        if all(is_integer_version(rv) for rv in present):
             return ResumePoint(min(present, key=int), relisting)
         if len(set(present)) == 1:
             return ResumePoint(present[0], relisting)
@@ -405,7 +407,7 @@ class ShardPublisher:
         known: dict[str, str] = {}
         for versions in per_shard:
             for key, version in versions.items():
-                known[_str(key)] = _str(version)
+                known[as_text(key)] = as_text(version)
         if (
             self.shard_key.key_names_shard
             and not any(moving)
@@ -447,7 +449,7 @@ class ShardPublisher:
         shard_of_key = self.shard_key.shard_of_key
         count = self.shard_count
         return any(
-            shard_of_key(_str(key), count) != shard
+            shard_of_key(as_text(key), count) != shard
             for shard, versions in enumerate(per_shard)
             for key in versions
         )
@@ -534,16 +536,6 @@ class _Call:
 def _check_epoch(epoch: int) -> None:
     if type(epoch) is not int or epoch < 0:
         raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -6,7 +6,7 @@ protocol between them. It lives here, and only here: the reflector, the processo
 ``status``, ``subscribe`` and the tests take names from this package instead of spelling them.
 ``docs/architecture.md`` ("Redis layout") is the specification these modules implement.
 
-* :mod:`.keys`: key names (:class:`ShardKeys`, :class:`ResourceKeys`, and each consumer
+* :mod:`.key_names`: key names (:class:`ShardKeys`, :class:`ResourceKeys`, and each consumer
   group's own :class:`GroupKeys` and :class:`GroupShardKeys`);
 * :mod:`.names`: hash fields, consumer groups, consumer names;
 * ``*_scripts`` modules: the Lua scripts, each beside the rules it enforces, as
@@ -23,7 +23,7 @@ Nothing outside this package runs a script or spells a field, key or prefix
 (``tests/common/test_redis_conversations.py``).
 """
 
-from common.redis_layout.keys import (
+from common.redis_layout.key_names import (
     DEFAULT_PREFIX,
     GROUP_KEY_SUFFIXES,
     GROUP_NAME_SYNTAX,

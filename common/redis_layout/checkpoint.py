@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.redis_layout.keys import ShardKeys
+from common.redis_layout.key_names import ShardKeys
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
     CHECKPOINT_FIELDS,
@@ -22,6 +22,7 @@ from common.redis_layout.names import (
     CHECKPOINT_SYNCED_AT,
     CHECKPOINT_SYNCED_RV,
 )
+from common.redis_replies import as_text
 
 __all__ = [
     "ShardCheckpoint",
@@ -68,10 +69,10 @@ def decode_checkpoint(reply: Mapping[Any, Any] | Sequence[Any] | None) -> ShardC
     if reply is None:
         fields: dict[str, str] = {}
     elif isinstance(reply, Mapping):
-        fields = {_text(name): _text(value) for name, value in reply.items()}
+        fields = {as_text(name): as_text(value) for name, value in reply.items()}
     else:
         fields = {
-            name: _text(value)
+            name: as_text(value)
             for name, value in zip(CHECKPOINT_FIELDS, reply, strict=True)
             if value is not None
         }
@@ -98,7 +99,3 @@ def is_listed(reply: object) -> bool:
     """Whether :func:`queue_listed`'s reply says the shard holds a complete list: the
     reflector never removes ``synced_rv`` once written."""
     return reply is not None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

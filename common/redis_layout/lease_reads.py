@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.redis_layout.names import LEASE_EPOCH, LEASE_HOLDER
+from common.redis_replies import as_text
 
 __all__ = ["LeaseFields", "decode_holder", "decode_lease", "queue_holder", "queue_lease"]
 
@@ -40,13 +41,13 @@ def decode_lease(reply: Sequence[Any] | Mapping[Any, Any] | None) -> LeaseFields
     if reply is None:
         return LeaseFields(None, None)
     if isinstance(reply, Mapping):
-        fields = {_text(name): value for name, value in reply.items()}
+        fields = {as_text(name): value for name, value in reply.items()}
         holder, epoch = fields.get(LEASE_HOLDER), fields.get(LEASE_EPOCH)
     else:
         holder, epoch = reply
-    epoch_text = None if epoch is None else _text(epoch)
+    epoch_text = None if epoch is None else as_text(epoch)
     return LeaseFields(
-        holder=None if holder is None else _text(holder),
+        holder=None if holder is None else as_text(holder),
         epoch=(
             int(epoch_text) if epoch_text is not None and epoch_text.lstrip("-").isdigit() else None
         ),
@@ -61,8 +62,4 @@ def queue_holder(pipe: Any, key: str) -> None:
 
 def decode_holder(reply: bytes | str | None) -> str | None:
     """:func:`queue_holder`'s reply: the holder, ``None`` when nobody holds the lease."""
-    return None if reply is None else _text(reply)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return None if reply is None else as_text(reply)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from common.redis_replies import as_text
+
 __all__ = [
     "decode_deadlines",
     "is_live",
@@ -45,8 +47,4 @@ def queue_deadlines(pipe: Any, key: str) -> None:
 
 def decode_deadlines(reply: Sequence[Any] | None) -> list[tuple[str, float]]:
     """:func:`queue_deadlines`' reply as ``(member, deadline ms)`` pairs (``None``: no read)."""
-    return [(_text(member), float(score)) for member, score in reply or ()]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return [(as_text(member), float(score)) for member, score in reply or ()]

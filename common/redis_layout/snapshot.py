@@ -21,8 +21,9 @@ from typing import Any
 
 import redis
 
-from common.redis_layout.keys import GroupShardKeys, ShardKeys
+from common.redis_layout.key_names import GroupShardKeys, ShardKeys
 from common.redis_layout.names import LEASE_EPOCH, LEASE_HOLDER
+from common.redis_replies import as_text
 
 __all__ = ["GroupExistsError", "ShardSnapshot", "read_snapshot", "stream_info"]
 
@@ -118,13 +119,13 @@ def _owner_snapshot(replies: dict[str, Any], group: str) -> ShardSnapshot:
     """A takeover's snapshot from its ``MULTI``'s replies, by what each read."""
     holder, epoch = replies["lease"]
     pending = replies["pending"]
-    named = [{_text(name): value for name, value in g.items()} for g in replies["groups"]]
+    named = [{as_text(name): value for name, value in g.items()} for g in replies["groups"]]
     return ShardSnapshot(
         objects=replies["objects"],
         stream=stream_info(replies["stream"]),
         lease=(holder, epoch),
         held=replies["held"],
-        group=next(g for g in named if _text(g["name"]) == group),
+        group=next(g for g in named if as_text(g["name"]) == group),
         pending=int(pending[0] if isinstance(pending, list) else pending["pending"]),
     )
 
@@ -145,12 +146,8 @@ def stream_info(reply: Any) -> dict[str, Any]:
         if _no_stream(reply):
             return {"last-generated-id": "0-0", "entries-added": 0, "length": 0}
         raise reply
-    return {_text(name): value for name, value in reply.items()}
+    return {as_text(name): value for name, value in reply.items()}
 
 
 def _no_stream(error: Exception) -> bool:
     return isinstance(error, redis.ResponseError) and "no such key" in str(error).lower()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

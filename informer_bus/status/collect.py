@@ -27,6 +27,8 @@ from common.redis_layout import (
 from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint
 from common.redis_layout.lease_reads import LeaseFields, decode_lease, queue_lease
 from common.redis_layout.members import decode_deadlines, is_live, queue_deadlines, redis_time_ms
+from common.redis_replies import as_text
+from common.versions import is_integer_version
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -54,14 +56,10 @@ def status_client(
     )  # fmt: skip
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _int(value: Any) -> int | None:
-    text = _text(value)
+    if type(value) is int:  # a count in a reply (XINFO, PTTL)
+        return value
+    text = as_text(value)
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
@@ -71,7 +69,7 @@ def _ok(reply: Any) -> Any:
 
 
 def _id_ms(stream_id: Any) -> int | None:
-    text = _text(stream_id)
+    text = as_text(stream_id)
     if not text:
         return None
     millis, _, _ = text.partition("-")
@@ -80,7 +78,7 @@ def _id_ms(stream_id: Any) -> int | None:
 
 def _rv_order(rv: str) -> tuple[int, int, str]:
     """Sort key: decimal RVs as integers (etcd revisions), anything else after, by text."""
-    return (0, int(rv), "") if rv.isdigit() else (1, 0, rv)
+    return (0, int(rv), "") if is_integer_version(rv) else (1, 0, rv)
 
 
 @dataclass
@@ -109,7 +107,7 @@ class _GroupShard:
 
     @property
     def last_delivered(self) -> str | None:
-        return None if self.info is None else _text(self.info.get("last-delivered-id"))
+        return None if self.info is None else as_text(self.info.get("last-delivered-id"))
 
     def undelivered(self, stream: dict[str, Any] | None) -> int | None:
         """Entries after the group's position; 0 when the position is the stream's end."""
@@ -118,7 +116,7 @@ class _GroupShard:
         lag = _int(self.info.get("lag"))
         if lag is not None:
             return lag
-        if self.last_delivered == _text(stream.get("last-generated-id")):
+        if self.last_delivered == as_text(stream.get("last-generated-id")):
             return 0
         return None
 
@@ -147,7 +145,7 @@ class _ShardReplies:
         self.checkpoint = decode_checkpoint(checkpoint)
         self.stream = stream
         for info in groups or ():
-            name = _text(info.get("name"))
+            name = as_text(info.get("name"))
             if name is not None:
                 self.infos[name] = info
         self.objects = int(objects or 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext
 
