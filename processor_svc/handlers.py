@@ -46,6 +46,7 @@ from common.rate_limiters import Clock, RateLimiter
 from common.resource_ids import check_resource_id
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
+from processor_svc.event_loop import EventLoopThread
 from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 from processor_svc.write_barrier import Expectation
 
@@ -243,6 +244,8 @@ class HandlerContext:
     layouts: Callable[[str], ResourceLayout | None] = _no_layout
     key_synced: Callable[[str], bool] | None = None
     expectations: ExpectationStore | None = None
+    event_loop: EventLoopThread | None = None
+    """The processor's event loop, where async controllers run their reconciles."""
 
     def lister_for(self, resource: str) -> Lister:
         """The lister of ``resource``; ``KeyError`` (saying how to serve it) if it is not one
