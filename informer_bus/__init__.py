@@ -40,6 +40,8 @@ from informer_bus.subscribe import (
     Subscription,
     subscribe,
 )
+from processor_svc.async_controller import AsyncController
+from processor_svc.async_dispatch import AsyncResourceEventHandler
 from processor_svc.controller import Controller
 from processor_svc.handlers import (
     HandlerContext,
@@ -64,6 +66,8 @@ __version__ = "0.1.0"
 __all__ = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "AsyncController",
+    "AsyncResourceEventHandler",
     "BucketRateLimiter",
     "Controller",
     "DeclarationError",
