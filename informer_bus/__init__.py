@@ -31,7 +31,7 @@ from common.rate_limiters import (
 )
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
-from informer_bus.kube_api import kube_api_client
+from informer_bus.kube_api import kube_api_client, kube_connection
 from informer_bus.subscribe import (
     FROM_BEGINNING,
     FROM_NOW,
@@ -105,6 +105,7 @@ __all__ = [
     "default_controller_rate_limiter",
     "generation_changed",
     "kube_api_client",
+    "kube_connection",
     "labels_changed",
     "load_handler",
     "make_workqueue_factory",

@@ -49,6 +49,7 @@ class AsyncController(Controller):
     """
 
     max_concurrent_reconciles: int | None = None
+    _awaits_reconcile = True
 
     def __init__(
         self,
@@ -76,7 +77,7 @@ class AsyncController(Controller):
         self._slots = threading.BoundedSemaphore(limit)
 
     @abc.abstractmethod
-    async def reconcile(self, key: str) -> None:  # type: ignore[override]
+    async def reconcile(self, key: str) -> None:
         """As :meth:`Controller.reconcile`, awaited on the processor's event loop: never
         concurrently for one key, at most ``max_concurrent_reconciles`` keys at once."""
 

@@ -55,11 +55,12 @@ too: cleanup that must happen belongs behind a finalizer, not only in the delete
 from __future__ import annotations
 
 import abc
+import inspect
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
@@ -145,9 +146,14 @@ class Controller(abc.ABC):
     _declarations: ClassVar[Declarations] = Declarations()
     """The class's ``For``/``Owns``/``Watches``, collected (and checked) when it is defined."""
 
+    _awaits_reconcile: ClassVar[bool] = False
+    """Whether ``reconcile`` is a coroutine (``processor_svc.async_controller``)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._declarations = Declarations.of(cls)
+        if inspect.iscoroutinefunction(cls.reconcile) and not cls._awaits_reconcile:
+            raise TypeError(f"{cls.__qualname__}: an async def reconcile needs AsyncController")
 
     @classmethod
     def declared_resources(cls) -> Sequence[ResourceUse]:
@@ -239,7 +245,7 @@ class Controller(abc.ABC):
     # --- what subclasses implement ------------------------------------------------------------
 
     @abc.abstractmethod
-    def reconcile(self, key: str) -> None:
+    def reconcile(self, key: str) -> Awaitable[None] | None:
         """Make the world match the cached state of ``key``; raise to retry with backoff.
 
         Runs on a worker thread, never concurrently for the same key. Read the state from

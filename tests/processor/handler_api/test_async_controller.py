@@ -158,3 +158,10 @@ def test_a_reconcile_stuck_past_the_timeout_is_cancelled_when_its_loop_closes() 
     assert not probe.stop(timeout=0.05)
     loop.close()  # what the processor does after its grace period
     wait_until(lambda: not probe.running, what="the feeder ends once its reconcile was cancelled")
+
+
+def test_an_async_reconcile_on_a_sync_controller_is_refused_when_the_class_is_defined() -> None:
+    with pytest.raises(TypeError, match="needs AsyncController"):
+
+        class Wrong(Controller):
+            async def reconcile(self, key: str) -> None: ...
