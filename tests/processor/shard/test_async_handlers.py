@@ -20,7 +20,9 @@ import redis
 from common.deltas import DeltaType
 from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.store import Indexer
+from processor_svc.ack_tracker import AckToken
 from processor_svc.async_dispatch import is_async_handler
+from processor_svc.dispatch import AddNotification
 from tests.processor.shard.support import Shard, delivered_and_acknowledged, entry, pod
 from tests.support.waiting import wait_until
 
@@ -211,3 +213,28 @@ def test_mixed_sync_and_async_methods_are_refused() -> None:
     with pytest.raises(ValueError, match="mixes async"):
         is_async_handler(Mixed())
     assert is_async_handler(AsyncRecorder())
+
+
+def test_a_barrier_completes_only_after_every_coroutine_handed_over_before_it(
+    shard: Shard,
+) -> None:
+    handler = SlowAsync()
+    dispatcher = shard.dispatcher(("async", handler), max_concurrent=4)
+    dispatcher.start()
+    try:
+        tokens = [AckToken(f"{i}-0") for i in range(3)]
+        for index, token in enumerate(tokens):
+            assert dispatcher.deliver(AddNotification(pod(f"ns/p{index}", "1"), False), token)
+            token.release()  # the creator's own hold
+        barrier = AckToken("barrier")
+        assert dispatcher.barrier(barrier)
+        barrier.release()
+        wait_until(lambda: handler.started == 3, what="three calls running")
+        assert not barrier.wait(0.1)
+        assert not any(token.done for token in tokens)
+        handler.release.set()
+        assert barrier.wait(5)
+        assert all(token.done for token in tokens)
+    finally:
+        handler.release.set()
+        dispatcher.stop(5)
