@@ -67,14 +67,24 @@ class ReadingLoop:
     """The thread that reads every shard this process owns (module docstring).
 
     ``client`` is the processor's Redis client (not decoding responses); ``block_ms`` bounds
-    one idle wait. Shards come and go while it runs: :meth:`add`, and a shard leaves on its
-    own once :attr:`ShardStep.stopping` (after :meth:`ShardStep.finish`). :meth:`close` ends
-    the thread once every shard left.
+    one idle wait; ``linger_ms``: after an idle wait ended on new entries, wait that much more
+    before reading them, so a steady trickle is read in batches rather than one wake (a fenced
+    read, a hand-off, an acknowledgement) per event. Shards come and go while it runs:
+    :meth:`add`, and a shard leaves on its own once :attr:`ShardStep.stopping` (after
+    :meth:`ShardStep.finish`). :meth:`close` ends the thread once every shard left.
     """
 
-    def __init__(self, client: redis.Redis, *, block_ms: int, name: str = "reading-loop") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        block_ms: int,
+        linger_ms: int = 0,
+        name: str = "reading-loop",
+    ) -> None:
         self._client = client
         self._block_ms = block_ms
+        self._linger = linger_ms / 1000
         self._woken = threading.Event()
         self._wait = BlockingRead(client, "", block_ms=block_ms, stop=self._woken)
         self._lock = threading.Lock()
@@ -188,6 +198,8 @@ class ReadingLoop:
             log.debug("the reading loop's wait failed: %r", err)
             self._woken.wait(min(due, 0.1))
             return
+        if woken and self._linger:
+            self._woken.wait(self._linger)  # a stop or a new shard still ends it at once
         now = time.monotonic()
         for stream in woken:
             shards[by_stream[stream]] = now

@@ -48,7 +48,7 @@ from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import ResourceLayout
 from common.redis_config import redis_location
 from common.redis_layout import GroupShardKeys, ShardKeys
-from common.redis_reachability import RedisReachability
+from common.redis_reachability import PING_INTERVAL, RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from common.sharding import shard_ranges
@@ -126,7 +126,9 @@ class ProcessorService:
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
         # Every owned shard of every co-sharded resource is read by this one thread.
-        self._reading = ReadingLoop(self.redis, block_ms=settings.block_ms)
+        self._reading = ReadingLoop(
+            self.redis, block_ms=settings.block_ms, linger_ms=settings.read_linger_ms
+        )
         self._workers_lock = threading.Lock()
         self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
@@ -246,7 +248,6 @@ class ProcessorService:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._redis_reachability.start()
         start_handlers(self._handler_objects)
         for dispatcher in self.dispatchers.values():
             dispatcher.start()
@@ -296,7 +297,6 @@ class ProcessorService:
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
         self.event_loop.close()  # after everything that runs coroutines on it stopped
-        self._redis_reachability.stop()
         if self._server is not None:  # None: its port was taken, it never started
             self._server.stop()
             log.info("processor %s stopped", self.member_id)
@@ -515,7 +515,13 @@ class ProcessorService:
         the ownership loop when its worker was fenced off while the lease still renews as ours
         (:meth:`ShardOwnership.give_up`: a split brain, the worker's read on a stale primary)."""
         reported: set[tuple[str, int]] = set()
+        # The Redis ping behind /readyz runs here too, not in a thread of its own: a processor
+        # owning 16 shards keeps to six threads (docs/architecture.md).
+        next_ping = 0.0
         while not self._stopping.wait(_SUPERVISE_INTERVAL):
+            if time.monotonic() >= next_ping:
+                self._redis_reachability.check()
+                next_ping = time.monotonic() + PING_INTERVAL
             with self._workers_lock:
                 units = list(self._units.items())
                 epochs = dict(self._unit_epochs)
