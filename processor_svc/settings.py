@@ -42,6 +42,7 @@ one, well inside a 10 ms p99 (docs/performance.md, the steady rows)."""
 
 _MAX_READ_LINGER_MS: Final = 1000
 
+
 @dataclass(frozen=True)
 class ProcessorSettings(ServiceSettings):
     """Everything one processor process needs."""
