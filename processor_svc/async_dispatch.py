@@ -84,9 +84,9 @@ def is_async_handler(handler: object) -> bool:
 
 
 class AsyncNotification(Protocol):
-    """What :class:`KeyedCoroutines` runs (the notifications of :mod:`processor_svc.dispatch`)."""
+    """What :class:`KeyedCoroutines` runs (:mod:`processor_svc.notifications`)."""
 
-    def key(self) -> str | None:
+    def object_key(self) -> str | None:
         """The object's key; ``None`` for a barrier."""
 
     def apply(self, handler: AsyncResourceEventHandler) -> object:
@@ -153,7 +153,7 @@ class KeyedCoroutines:
         """Hand ``notification`` over, waiting while ``capacity`` are held; a barrier (no key)
         waits until everything before it finished, then releases its token. ``False`` once
         :meth:`abort` was called (the token is never released)."""
-        key = notification.key()
+        key = notification.object_key()
         with self._lock:
             while not self._aborted and (
                 self._held >= self._capacity if key is not None else self._held

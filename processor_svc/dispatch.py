@@ -27,11 +27,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias, cast
+from typing import Final, TypeAlias, cast
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.keys import Obj
 from processor_svc.ack_tracker import AckToken
 from processor_svc.async_dispatch import (
     DEFAULT_MAX_CONCURRENT,
@@ -41,7 +40,16 @@ from processor_svc.async_dispatch import (
     is_async_handler,
 )
 from processor_svc.event_loop import EventLoopThread
+from processor_svc.key_events import KeyEventHandler
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.notifications import (
+    AddNotification,
+    DeleteNotification,
+    Notification,
+    NotificationCollector,
+    NotificationSink,
+    UpdateNotification,
+)
 from processor_svc.resync import checked_resync_periods
 
 __all__ = [
@@ -57,72 +65,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-AnyHandler: TypeAlias = ResourceEventHandler | AsyncResourceEventHandler
-
-# --- notifications ----------------------------------------------------------------------------
-
-
-def _key_of(obj: Obj | DeletedFinalStateUnknown) -> str:
-    """The object's cache key for a log line; never raises (it runs while reporting an error)."""
-    try:
-        return meta_namespace_key(obj)
-    except Exception:
-        return "<no key>"
-
-
-@dataclass(slots=True)
-class AddNotification:
-    """``on_add(obj, is_in_initial_list)``."""
-
-    obj: Obj
-    is_in_initial_list: bool
-
-    def apply(self, handler: AnyHandler) -> object:
-        return handler.on_add(self.obj, self.is_in_initial_list)
-
-    def key(self) -> str:
-        return _key_of(self.obj)
-
-    def describe(self) -> str:
-        return f"add of {_key_of(self.obj)}"
-
-
-@dataclass(slots=True)
-class UpdateNotification:
-    """``on_update(old, new)``; ``old is new`` for a resync."""
-
-    old: Obj
-    new: Obj
-
-    def apply(self, handler: AnyHandler) -> object:
-        return handler.on_update(self.old, self.new)
-
-    def key(self) -> str:
-        return _key_of(self.new)
-
-    def describe(self) -> str:
-        return f"update of {_key_of(self.new)}"
-
-
-@dataclass(slots=True)
-class DeleteNotification:
-    """``on_delete(obj)``: the final state, or a tombstone for an inferred deletion."""
-
-    obj: Obj | DeletedFinalStateUnknown
-
-    def apply(self, handler: AnyHandler) -> object:
-        return handler.on_delete(self.obj)
-
-    def key(self) -> str:
-        return _key_of(self.obj)
-
-    def describe(self) -> str:
-        return f"delete of {_key_of(self.obj)}"
-
-
-Notification: TypeAlias = AddNotification | UpdateNotification | DeleteNotification
-"""What :meth:`HandlerDispatcher.deliver` takes."""
-
 
 class _Barrier:
     """A no-op queued behind earlier notifications: its token completes when every handler has
@@ -130,10 +72,10 @@ class _Barrier:
 
     __slots__ = ()
 
-    def apply(self, handler: AnyHandler) -> None:
+    def apply(self, handler: object) -> None:
         pass
 
-    def key(self) -> None:
+    def object_key(self) -> None:
         return None
 
     def describe(self) -> str:
@@ -145,46 +87,6 @@ _BARRIER: Final = _Barrier()
 _Item: TypeAlias = tuple["Notification | _Barrier", "AckToken | None", "threading.Event | None"]
 """A notification, the ack token it holds, and its shard worker's stop event: once that is
 set, the notification is skipped instead of applied (see :meth:`HandlerDispatcher.wait_quiet`)."""
-
-
-class NotificationSink(Protocol):
-    """Where collected notifications go (a :class:`HandlerDispatcher`)."""
-
-    def deliver_all(
-        self,
-        notifications: Sequence[tuple[Notification, AckToken | None]],
-        *,
-        cancel: threading.Event | None = None,
-    ) -> bool: ...
-
-
-class NotificationCollector:
-    """The ``process_deltas`` handler of a shard's reader: collects each callback as a
-    notification carrying the current entry's token; :meth:`flush` hands a whole read batch to
-    the sink at once (one hand-off per batch, not per notification)."""
-
-    __slots__ = ("_cancel", "_sink", "pending", "token")
-
-    def __init__(self, sink: NotificationSink, cancel: threading.Event) -> None:
-        self._sink = sink
-        self._cancel = cancel
-        self.token: AckToken | None = None
-        self.pending: list[tuple[Notification, AckToken | None]] = []
-
-    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self.pending.append((UpdateNotification(old, new), self.token))
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.pending.append((DeleteNotification(obj), self.token))
-
-    def flush(self) -> bool:
-        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
-        (the collected entries' tokens then never complete)."""
-        pending, self.pending = self.pending, []
-        return self._sink.deliver_all(pending, cancel=self._cancel)
 
 
 # --- the dispatcher ------------------------------------------------------------------------------
@@ -378,7 +280,9 @@ class _Runner:
                     if self._aborted:
                         break
                     if self._coroutines is not None:  # it checks ``cancel`` when it starts it
-                        self._coroutines.submit(notification, token, cancel)
+                        self._coroutines.submit(
+                            cast(AsyncNotification, notification), token, cancel
+                        )
                         self._taken -= 1
                         continue
                     # Published before the check, so a worker that sets ``cancel`` and then
@@ -406,7 +310,7 @@ class _Runner:
 
     def _call(self, notification: Notification | _Barrier) -> None:
         if self._coroutines is not None:  # a resync's notification, in its key's order
-            self._coroutines.submit(notification, None, None)
+            self._coroutines.submit(cast(AsyncNotification, notification), None, None)
             return
         start = time.perf_counter()
         try:
@@ -416,7 +320,7 @@ class _Runner:
         finally:
             self._latency.observe(time.perf_counter() - start)
 
-    def _failed(self, notification: AsyncNotification) -> None:
+    def _failed(self, notification: AsyncNotification | Notification | _Barrier) -> None:
         """Count a call that raised and log it (with a traceback at most once a minute)."""
         self._errors.inc()
         now = time.monotonic()
@@ -522,9 +426,18 @@ class HandlerDispatcher:
             )
             for name, handler in handlers
         )
+        self._keys_suffice = all(
+            isinstance(r.handler, KeyEventHandler) and r._coroutines is None for r in self._runners
+        )  # (an async handler's calls take notifications of objects)
         self._state = threading.Lock()
         self._started = False
         self._stopped = False
+
+    @property
+    def keys_suffice(self) -> bool:
+        """Every handler is a :class:`~processor_svc.key_events.KeyEventHandler`: live changes
+        may be sent as keys alone."""
+        return self._keys_suffice
 
     @property
     def handler_names(self) -> list[str]:

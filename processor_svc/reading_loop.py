@@ -151,13 +151,17 @@ class ReadingLoop:
                 self._arriving.clear()
                 if self._closing and not shards:
                     break
-            now = time.monotonic()
-            for shard in list(shards):
-                if shard.stopping:
-                    self._finish(shard)
-                elif shards[shard] <= now:
-                    self._step(shard)
-            self._idle()
+            try:
+                now = time.monotonic()
+                for shard in list(shards):
+                    if shard.stopping:
+                        self._finish(shard)
+                    elif shards[shard] <= now:
+                        self._step(shard)
+                self._idle()
+            except Exception:  # a bug; the loop must go on, or every stop would wait forever
+                log.exception("the reading loop failed; it goes on")
+                self._woken.wait(1.0)
         self._wait.close()
 
     def _step(self, shard: ShardStep) -> None:

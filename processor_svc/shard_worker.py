@@ -27,8 +27,7 @@ a fresh takeover (at-least-once, like a restarted informer). A worker never ends
 :attr:`ShardWorker.error` holds the last failure and :attr:`ShardWorker.alive` tells whether it
 still runs.
 
-**What the worker needs** is declared beside it: a
-:class:`~processor_svc.shard_store.ShardStore` to write and a :class:`NotificationSink`.
+**What the worker needs** is declared beside it (:class:`HandlerSink`, ``ShardStore``).
 """
 
 from __future__ import annotations
@@ -39,28 +38,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import redis
 from redis.exceptions import ResponseError
 
 from common.backoff import Backoff
 from common.deltas import Delta, DeltaType
-from common.handlers import process_deltas
 from common.redis_layout import GroupShardKeys
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.runtime import release_free_heap
-from common.wire import (
-    DEFAULT_MAX_BYTES,
-    WireDecodeError,
-)
+from common.wire import DEFAULT_MAX_BYTES, WireDecodeError
 from processor_svc.ack_tracker import AckToken, AckTracker
-from processor_svc.dispatch import (
-    AddNotification,
-    DeleteNotification,
-    DispatcherClosedError,
-    NotificationCollector,
-)
+from processor_svc.dispatch import DispatcherClosedError, NotificationCollector
 from processor_svc.fenced_stream import (
     DeadLetter,
     FencedStream,
@@ -70,17 +60,16 @@ from processor_svc.fenced_stream import (
     payload_of,
     raw_of,
 )
-from processor_svc.held_keys import held_state
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.reading_loop import ReadingLoop
 from processor_svc.shard_cursor import ShardCursor
-from processor_svc.shard_store import ShardStore, keeps_envelopes
-from processor_svc.stream_entry import route_entry
+from processor_svc.shard_store import ShardStore, indexed_from_headers, keeps_envelopes
+from processor_svc.stream_entry import apply_entry, route_entry
 from processor_svc.takeover import Commit, InitialListSink, Takeover
 from processor_svc.view import GroupView, Routed
 
-__all__ = ["NotificationSink", "ShardWorker"]
+__all__ = ["HandlerSink", "ShardWorker"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +78,7 @@ _ACK_POLL: Final = 0.1  # seconds idle at most while handlers still hold entries
 _BARRIER_POLL: Final = 0.01  # seconds between looks at a takeover's barrier
 
 
-class NotificationSink(InitialListSink, Protocol):
+class HandlerSink(InitialListSink, Protocol):
     """Where a shard worker sends its notifications: every handler, behind bounded buffers.
 
     Besides the initial list's calls: :meth:`wait_quiet` waits (at most ``timeout`` seconds)
@@ -100,6 +89,14 @@ class NotificationSink(InitialListSink, Protocol):
     def wait_quiet(self, cancel: threading.Event, timeout: float) -> bool: ...
 
     def wake(self) -> None: ...
+
+
+@runtime_checkable
+class KeyedSink(Protocol):
+    """Optional: a sink that says whether its handlers need only keys (``key_events``)."""
+
+    @property
+    def keys_suffice(self) -> bool: ...
 
 
 class ShardWorker:
@@ -128,7 +125,7 @@ class ShardWorker:
         epoch: int,
         member_id: str,
         store: ShardStore,
-        dispatcher: NotificationSink,
+        dispatcher: HandlerSink,
         metrics: ProcessorMetrics,
         resource: str,
         count: int = 500,
@@ -157,6 +154,12 @@ class ShardWorker:
         self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
         # A view that keeps everything as it is costs nothing: the worker skips it.
         self._view = None if view is None or view.is_identity else view
+        # Handlers that need only keys, no view: entries may be applied from their headers
+        # (processor_svc.key_events), as long as the store's indexes allow (checked per batch).
+        self._keys_suffice = (
+            self._view is None and isinstance(dispatcher, KeyedSink) and dispatcher.keys_suffice
+        )
+        self._keyed = False
         self._moves = moves
         self._backoff = backoff if backoff is not None else Backoff()
 
@@ -183,8 +186,7 @@ class ShardWorker:
         self._started = False
         self._done = threading.Event()
         self._abandoned = False  # ended without acknowledging (fenced off, dispatcher gone)
-        self.wake_after: str | None = None
-        """After an idle step: the last entry ID read (the loop wakes us after it)."""
+        self.wake_after: str | None = None  # after an idle step: the last entry ID read
         self._forwarder = NotificationCollector(dispatcher, self._stop)
         self._takeovers = Takeover(
             self._stream,
@@ -247,9 +249,8 @@ class ShardWorker:
         self._loop.add(self)
 
     def stop(self, grace: float = 5.0) -> None:
-        """Stop reading, give in-flight notifications up to ``grace`` seconds, acknowledge what
-        completed (fenced) and end the thread; returns once it ended. The caller releases the
-        lease afterwards, so the next owner starts at once."""
+        """Stop reading, give running calls up to ``grace`` seconds, acknowledge what completed
+        (fenced) and leave the loop; returns once done (the caller then releases the lease)."""
         self._grace = max(0.0, grace)
         self._shutdown()
 
@@ -479,6 +480,7 @@ class ShardWorker:
     ) -> None:
         forwarder, stop = self._forwarder, self._stop
         forwarder.pending.clear()  # left over only by a batch that failed half-way
+        self._keyed = self._keys_suffice and indexed_from_headers(self._store)
         # Each entry's own hold is released once its notifications are queued (after the
         # batch): a token must not complete before every handler holds it.
         queued: list[AckToken] = []
@@ -539,7 +541,9 @@ class ShardWorker:
         keeps of it; ``None`` for a poison entry (parked). Without a view the entry is decoded
         whole, as it is always kept."""
         try:
-            routed, data = route_entry(fields, self._view, self._store, self._max_bytes)
+            routed, data = route_entry(
+                fields, self._view, self._store, self._max_bytes, self._keyed
+            )
         except WireDecodeError as err:
             self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
             return None
@@ -550,9 +554,11 @@ class ShardWorker:
     ) -> bool:
         """Apply one entry's delta to the store and collect its notifications; ``False`` when
         the store refused it (an index function failed): the entry is parked instead."""
-        forwarder = self._forwarder
         try:
-            process_deltas(forwarder, self._store, (delta,), False, key, packed=packed)
+            apply_entry(
+                entry_id, delta, key, packed, store=self._store, collector=self._forwarder,
+                held=self._cursor.held, view=self._view, keyed=self._keyed,
+            )  # fmt: skip
         except Exception as err:
             reason = f"apply: {type(err).__name__}: {err}"
             log.warning(
@@ -560,12 +566,6 @@ class ShardWorker:
             )
             self._cursor.park(entry_id, DeadLetter.of(entry_id, reason, payload_of(fields)))
             return False
-        # An add or a deletion changes what the handlers hold: recorded with the entry's ack.
-        notification = forwarder.pending[-1][0]
-        if type(notification) is AddNotification:
-            self._cursor.held.record(entry_id, key, held_state(notification.obj, self._view))
-        elif type(notification) is DeleteNotification:
-            self._cursor.held.record(entry_id, key, None)
         return True
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
