@@ -54,6 +54,13 @@ class DeletesNothing(Recorder):
     on_delete = None  # type: ignore[assignment]
 
 
+class HalfAsync(Recorder):
+    """``async def on_update`` beside sync ``on_add`` and ``on_delete``: refused."""
+
+    async def on_update(self, old: Obj, new: Obj) -> None:
+        pass
+
+
 class HalfAHandler:
     """Has on_add only: an instance is not a handler."""
 
