@@ -33,6 +33,7 @@ PUBLIC = [
     "InvalidKeyError",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "KeyEventHandler",
     "Lister",
     "MaxOfRateLimiter",
     "Obj",
