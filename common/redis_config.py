@@ -27,6 +27,7 @@ from redis.retry import Retry
 
 from common.redis_credentials import (
     PASSWORD_ENV,
+    SentinelTarget,
     command_line_password_warning,
     connection_kwargs,
     redacted_url,
@@ -39,7 +40,6 @@ from common.redis_sentinel import (
     MasterDownError,
     MasterUnknownError,
     NoSentinelError,
-    SentinelTarget,
     sentinel_client,
 )
 from common.settings import LeaseTiming, RedisConnection, SettingsError

@@ -20,17 +20,18 @@ a plain ``redis://`` URL are refused rather than silently ignored.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from common.redis_sentinel import SentinelTarget
 from common.settings import RedisConnection, SettingsError
 
 __all__ = [
     "PASSWORD_ENV",
+    "SentinelTarget",
     "command_line_password_warning",
     "connection_kwargs",
     "redacted_url",
@@ -43,6 +44,21 @@ PASSWORD_ENV: Final = "INFORMER_BUS_REDIS_PASSWORD"
 """The environment variable that may hold the Redis password (there is deliberately no flag)."""
 
 _SCHEMES: Final = ("redis", "rediss", "unix")
+
+
+@dataclasses.dataclass(frozen=True)
+class SentinelTarget:
+    """Where the sentinels are and which master to ask them for (``--redis-sentinel``,
+    ``--redis-sentinel-master``); ``auth``: send the data nodes' user and password to them."""
+
+    addresses: tuple[tuple[str, int], ...]
+    master: str
+    auth: bool = True
+
+    def describe(self) -> str:
+        """``master 'mymaster' via sentinels h1:26379,h2:26379``, for messages."""
+        where = ",".join(f"{host}:{port}" for host, port in self.addresses)
+        return f"master {self.master!r} via sentinels {where}"
 
 
 def redacted_url(url: str) -> str:

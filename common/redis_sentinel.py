@@ -12,7 +12,6 @@ way).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import redis
@@ -21,6 +20,8 @@ from redis.connection import SSLConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
+from common.redis_credentials import SentinelTarget
+from common.redis_errors import one_line
 from common.settings import SettingsError
 
 __all__ = [
@@ -28,24 +29,8 @@ __all__ = [
     "MasterUnknownError",
     "NoSentinelError",
     "SentinelManagedRedis",
-    "SentinelTarget",
     "sentinel_client",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class SentinelTarget:
-    """Where the sentinels are and which master to ask them for (``--redis-sentinel``,
-    ``--redis-sentinel-master``); ``auth``: send the data nodes' user and password to them."""
-
-    addresses: tuple[tuple[str, int], ...]
-    master: str
-    auth: bool = True
-
-    def describe(self) -> str:
-        """``master 'mymaster' via sentinels h1:26379,h2:26379``, for messages."""
-        where = ",".join(f"{host}:{port}" for host, port in self.addresses)
-        return f"master {self.master!r} via sentinels {where}"
 
 
 class NoSentinelError(MasterNotFoundError):
@@ -75,12 +60,12 @@ class _Sentinels(Sentinel):
             try:
                 masters: Any = sentinel.sentinel_masters()
             except redis.AuthenticationError as exc:
-                raise type(exc)(f"sentinel {where}: {_one_line(exc)}") from None
+                raise type(exc)(f"sentinel {where}: {one_line(exc)}") from None
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                unreachable.append(f"{where}: {_one_line(exc)}")
+                unreachable.append(f"{where}: {one_line(exc)}")
                 continue
             except redis.ResponseError as exc:
-                unreachable.append(f"{where} is not a sentinel ({_one_line(exc)})")
+                unreachable.append(f"{where} is not a sentinel ({one_line(exc)})")
                 continue
             answered.append(where)
             monitored.update(masters)
@@ -167,7 +152,3 @@ def sentinel_client(
         target.master, redis_class=SentinelManagedRedis, **options
     )
     return client
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
