@@ -21,6 +21,7 @@ from common.keys import (
     meta_namespace_key,
     split_meta_namespace_key,
 )
+from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue
 from common.rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -64,6 +65,8 @@ __version__ = "0.1.0"
 __all__ = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
     "BucketRateLimiter",
     "Controller",
     "DeclarationError",
@@ -82,6 +85,7 @@ __all__ = [
     "MaxOfRateLimiter",
     "Obj",
     "Owns",
+    "PriorityQueue",
     "Queue",
     "QueueShutDown",
     "RateLimiter",

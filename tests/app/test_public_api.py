@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
     "BucketRateLimiter",
     "Controller",
     "DeclarationError",
@@ -35,6 +37,7 @@ PUBLIC = [
     "MaxOfRateLimiter",
     "Obj",
     "Owns",
+    "PriorityQueue",
     "Queue",
     "QueueShutDown",
     "RateLimiter",

@@ -71,15 +71,19 @@ def make_context(
     layouts: Mapping[str, ResourceLayout] | None = None,
     key_synced: Callable[[str], bool] | None = None,
     expectations: ExpectationStore | None = None,
+    priority: bool = True,
 ) -> HandlerContext:
-    """A context whose queues retry fast (1 ms doubling up to 10 ms), as tests need.
+    """A context whose queues retry fast (1 ms doubling up to 10 ms), as tests need; priority
+    queues unless ``priority=False`` (FIFO).
 
     ``listers`` are the other served resources'; ``layouts`` what their reflectors recorded
     (a resource missing there is not known yet; the mapping is read at each call)."""
     known: Mapping[str, ResourceLayout] = {} if layouts is None else layouts
     return HandlerContext(
         lister=lister,
-        workqueue_factory=make_workqueue_factory(metrics, rate_limiter_factory=fast_rate_limiter),
+        workqueue_factory=make_workqueue_factory(
+            metrics, rate_limiter_factory=fast_rate_limiter, priority=priority
+        ),
         logger=logging.getLogger("tests.processor_api"),
         settings=settings,
         resource=resource,
