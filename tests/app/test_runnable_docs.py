@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 from tests.support.runnable_docs import (
     SHELL_LANGUAGES,

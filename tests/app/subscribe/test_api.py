@@ -18,7 +18,10 @@ from informer_bus.subscribe import (
     resource_id_of,
     subscribe,
 )
-from tests.app.subscribe.conftest import (
+from tests.reflector.publisher.support import added, deleted, updated
+from tests.support.bus import Bus
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     SHARDS,
     Deadline,
     Publisher,
@@ -28,9 +31,6 @@ from tests.app.subscribe.conftest import (
     id_order,
     wait_for_a_later_millisecond,
 )
-from tests.reflector.publisher.support import added, deleted, updated
-from tests.support.bus import Bus
-from tests.support.redis_server import RedisServer
 
 
 def rows(deltas: list[SubscribedDelta]) -> list[Row]:

@@ -27,7 +27,11 @@ from informer_bus.subscribe import (
 )
 from processor_svc.membership import Membership
 from reflector_svc.retention import trim_shard
-from tests.app.subscribe.conftest import (
+from tests.reflector.publisher.support import added, deleted, updated
+from tests.support.bus import Bus
+from tests.support.cli import one_line_error
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     PROGRAM,
     SHARDS,
     Deadline,
@@ -38,10 +42,6 @@ from tests.app.subscribe.conftest import (
     run_subscribe,
     start_subscribe,
 )
-from tests.reflector.publisher.support import added, deleted, updated
-from tests.support.bus import Bus
-from tests.support.cli import one_line_error
-from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 GROUP = "audit"

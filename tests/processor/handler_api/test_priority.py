@@ -16,7 +16,8 @@ from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue
 from common.workqueue import QueueShutDown
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext
-from tests.processor.handler_api.conftest import make_context, pod, synced_lister
+from tests.support.controllers import make_context, synced_lister
+from tests.support.objects import pod
 from tests.support.waiting import wait_until
 
 BACKLOG = 20_000
@@ -111,7 +112,7 @@ def test_initial_list_and_resync_keys_are_low_priority_fresh_events_normal() -> 
     try:
         controller.on_add(a, True)  # initial list / takeover
         controller.on_update(b, b)  # a resync hands the cached object twice
-        controller.on_update(c, pod("c"))  # a relist's unchanged object: same resourceVersion
+        controller.on_update(pod("c", rv="7"), pod("c", rv="7"))  # a relist's unchanged object
         controller.on_add(d, False)
         controller.on_update(e, pod("e", rv="2"))
         controller.on_delete(pod("gone"))
