@@ -7,6 +7,7 @@ implementation and may move. The package is also the application layer -- the
 services and ``common``; the services never import it.
 """
 
+from common.compact_store import CompactIndexer
 from common.deltas import Delta, DeltaType
 from common.handlers import (
     FilteringResourceEventHandler,
@@ -68,6 +69,7 @@ __all__ = [
     "LOW_PRIORITY",
     "NORMAL_PRIORITY",
     "BucketRateLimiter",
+    "CompactIndexer",
     "Controller",
     "DeclarationError",
     "DelayingQueue",
