@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from common.keys import Obj
+from common.object_keys import Obj
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext, make_workqueue_factory
 from processor_svc.lister import ShardedLister

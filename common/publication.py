@@ -21,19 +21,20 @@ from typing import Any
 import redis
 
 from common.redis_layout import (
-    CHECKPOINT_SYNCED_RV,
     LAYOUT_API_VERSION,
     LAYOUT_KIND,
     LAYOUT_NAMESPACED,
     LAYOUT_SHARD_COUNT,
     LAYOUT_SHARD_KEY,
-    LEASE_HOLDER,
     ResourceKeys,
     ShardKeys,
     resources_key,
 )
+from common.redis_layout.checkpoint import is_listed, queue_listed
+from common.redis_layout.lease_reads import decode_holder, queue_holder
+from common.redis_replies import as_text
 from common.resource_ids import likely_meant, word_forms
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 __all__ = [
     "Publication",
@@ -80,7 +81,7 @@ class ResourceLayout:
     def from_fields(cls, fields: Mapping[bytes | str, bytes | str]) -> ResourceLayout | None:
         """The layout a hash holds; ``None`` when it holds none (a reflector from before
         layouts); ``ValueError`` (one line) when what it holds is unusable."""
-        text = {_text(name): _text(value) for name, value in fields.items()}
+        text = {as_text(name): as_text(value) for name, value in fields.items()}
         if not text:
             return None
         try:
@@ -122,21 +123,17 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
     ``SCAN``."""
     try:
         listed = client.hgetall(resources_key(prefix))
-        known = [_text(name) for name in listed] + word_forms(resource)
+        known = [as_text(name) for name in listed] + word_forms(resource)
         candidates = likely_meant(resource, known)
         if not candidates:
             return []
         with client.pipeline(transaction=False) as pipe:
             for candidate in candidates:
-                pipe.hget(ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
+                queue_listed(pipe, ShardKeys(prefix, candidate, 0))
             listed_rvs = pipe.execute()
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
-    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if rv is not None]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if is_listed(rv)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,15 +176,15 @@ def read_publication(
     (``docs/operations.md``) has them, not ``EXISTS`` or ``HEXISTS``."""
     keys = ResourceKeys(prefix, resource)
     pipe = client.pipeline(transaction=False)
-    pipe.hget(keys.leader, LEASE_HOLDER)
+    queue_holder(pipe, keys.leader)
     pipe.hgetall(keys.layout)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
-        pipe.hget(keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
+        queue_listed(pipe, keys.shard(shard))
     leader, layout, *listed, beyond = pipe.execute()
     return Publication(
         shard_count=shard_count,
-        listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
-        leader=leader is not None,
-        listed_beyond=beyond is not None,
+        listed_shards=tuple(shard for shard, rv in enumerate(listed) if is_listed(rv)),
+        leader=decode_holder(leader) is not None,
+        listed_beyond=is_listed(beyond),
         layout=ResourceLayout.from_fields(layout),
     )

@@ -3,13 +3,12 @@ the consumer groups that have keys of their own.
 
 No registry of resources exists in Redis (none is needed by the services), so the tools that
 look at a pipeline from outside (``status``, ``subscribe``) find it from the key names,
-parsed by :mod:`common.redis_layout.keys`. ``SCAN`` is one pass over the keyspace that only
+parsed by :mod:`common.redis_layout.key_names`. ``SCAN`` is one pass over the keyspace that only
 informer-bus keys match; on a Redis Cluster redis-py scans every primary.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import redis
@@ -21,16 +20,10 @@ from common.redis_layout import (
     parse_group_key,
     parse_resource_key,
     parse_shard_key,
+    scan_pattern,
 )
 
 __all__ = ["Discovered", "discover", "discover_resources", "discover_shard_count"]
-
-# Redis glob metacharacters, escaped so that a prefix or resource id is matched literally.
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\^])")
-
-
-def _glob_literal(text: str) -> str:
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
 def _names(client: redis.Redis, pattern: str) -> list[str]:
@@ -57,7 +50,7 @@ def discover(client: redis.Redis, prefix: str) -> Discovered:
     """Every resource and every group with informer-bus keys under ``prefix``, in one scan."""
     found = Discovered()
     shards = found.resources
-    for name in _names(client, f"{_glob_literal(prefix)}:{{*}}:*"):
+    for name in _names(client, scan_pattern(prefix)):
         shard = parse_shard_key(prefix, name)
         if shard is not None:
             shards[shard.resource] = max(shards.get(shard.resource, 0), shard.shard + 1)
@@ -90,7 +83,7 @@ def discover_shard_count(client: redis.Redis, prefix: str, resource: str) -> int
     """
     ResourceKeys(prefix, resource)  # validates the names (ValueError)
     highest = -1
-    for name in _names(client, f"{_glob_literal(prefix)}:{{{_glob_literal(resource)}:*}}:*"):
+    for name in _names(client, scan_pattern(prefix, resource)):
         shard = parse_shard_key(prefix, name)
         if (
             shard is not None

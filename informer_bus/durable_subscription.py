@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
-from redis.exceptions import ResponseError
 
 from common.redis_layout import (
     DURABLE_CONSUMER,
@@ -46,6 +45,9 @@ from common.redis_layout import (
     ShardKeys,
     check_group_name,
 )
+from common.redis_layout.members import queue_live_count, redis_time_ms
+from common.redis_layout.snapshot import GroupExistsError, read_snapshot
+from common.redis_replies import as_text
 
 __all__ = [
     "GroupCursor",
@@ -64,10 +66,6 @@ _NEW: Final = ">"
 
 class GroupRefused(ValueError):
     """The group cannot be used by a subscriber (bad name, processors are using it); one line."""
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +124,9 @@ class GroupCursor:
 
     def _refuse_processor_group(self, shards: Sequence[ShardKeys]) -> None:
         members = ResourceKeys(shards[0].prefix, shards[0].resource).group(self.group).members
-        seconds, micros = self._client.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = redis_time_ms(self._client.time())
         with self._client.pipeline(transaction=False) as pipe:
-            pipe.zcount(members, f"({now_ms}", "+inf")
+            queue_live_count(pipe, members, now_ms)
             for keys in self._keys:
                 pipe.exists(keys.lease)
             live, *leases = pipe.execute()
@@ -156,7 +153,7 @@ class GroupCursor:
             pipe.xpending(keys.stream, self.group)
             groups, redo, stream, pending = pipe.execute(raise_on_error=False)
         listed = [] if isinstance(groups, Exception) else groups  # no stream yet: no group
-        mine = [info for info in listed if _text(info["name"]) == self.group]
+        mine = [info for info in listed if as_text(info["name"]) == self.group]
         exists = bool(mine)
         if exists and not redo:
             lost = _trimmed(mine[0], stream, pending)
@@ -169,32 +166,22 @@ class GroupCursor:
                 self.group,
                 keys.stream,
             )
-        with self._client.pipeline(transaction=True) as pipe:
-            pipe.set(marker, b"1")
-            pipe.hgetall(keys.objects)
-            if exists:
-                # The snapshot supersedes whatever the group had delivered: drop its entries.
-                pipe.xgroup_destroy(keys.stream, self.group)
-            pipe.xgroup_create(keys.stream, self.group, id="$", mkstream=True)
-            pipe.xinfo_stream(keys.stream)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        created, info = replies[-2], replies[-1]
-        if isinstance(created, ResponseError) and "BUSYGROUP" in str(created):
+        try:
+            snapshot = read_snapshot(self._client, keys.shard_keys, start=keys, recreate=exists)
+        except GroupExistsError:
             raise GroupRefused(
                 f"group {self.group!r} was just created on {keys.stream} by someone else: "
                 "run one subscriber per group"
-            )
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        last_id = _text(info["last-generated-id"])
+            ) from None
+        info = snapshot.stream
+        last_id = as_text(info["last-generated-id"])
         if isinstance(info.get("entries-added"), int):
             # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
             # later start tell what a forced trim cost the group (_trimmed).
             self._client.xgroup_setid(
                 keys.stream, self.group, last_id, entries_read=info["entries-added"]
             )
-        objects: dict[bytes, bytes] = replies[1]
+        objects = snapshot.objects
         log.info(
             "%s group %r on %s at %s: delivering its %d known objects first",
             "redoing the initial list of" if exists else "created",
@@ -264,12 +251,12 @@ class GroupCursor:
             if position == _NEW:
                 continue
             entries = returned.get(stream)
-            self._positions[stream] = _text(entries[-1][0]) if entries else _NEW
+            self._positions[stream] = as_text(entries[-1][0]) if entries else _NEW
         return [(stream, entries) for stream, entries in batches if entries]
 
 
 def _id(entry_id: bytes | str) -> tuple[int, int]:
-    ms, _, seq = _text(entry_id).partition("-")
+    ms, _, seq = as_text(entry_id).partition("-")
     return int(ms), int(seq or 0)
 
 
@@ -307,7 +294,7 @@ def stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:
         return []
     if isinstance(reply, dict):  # RESP3 wraps each stream's entries in one more list
         return [
-            (_text(stream), list(wrapped[0]) if wrapped else [])
+            (as_text(stream), list(wrapped[0]) if wrapped else [])
             for stream, wrapped in reply.items()
         ]
-    return [(_text(stream), list(entries)) for stream, entries in reply]
+    return [(as_text(stream), list(entries)) for stream, entries in reply]

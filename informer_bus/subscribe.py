@@ -44,6 +44,7 @@ from common.publication import (
 )
 from common.redis_config import SentinelTarget, is_cluster, redacted_url, redis_client
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys, check_group_name
+from common.redis_replies import as_text as _text
 from common.resource_ids import resource_id_from
 from common.wire import WireDecodeError, decode_envelope, envelope_from_fields
 from informer_bus.discovery import discover_shard_count
@@ -124,10 +125,6 @@ def resource_id_of(resource: str) -> str:
         return resource_id_from(resource)
     except ValueError as exc:
         raise SubscribeError(str(exc)) from None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _id_order(entry_id: bytes | str) -> tuple[int, int]:

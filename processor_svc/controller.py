@@ -56,14 +56,15 @@ too: cleanup that must happen belongs behind a finalizer, not only in the delete
 from __future__ import annotations
 
 import abc
+import inspect
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
@@ -78,6 +79,7 @@ from processor_svc.handlers import (
 )
 from processor_svc.handover_guard import HandoverGuard
 from processor_svc.predicates import UpdatePredicate
+from processor_svc.sync_waits import SyncWaits
 from processor_svc.watches import Binding, Declarations
 from processor_svc.write_barrier import DEFAULT_TIMEOUT, Expectation, Verdict, WriteBarrier
 
@@ -86,13 +88,6 @@ __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
 _FIELD_SEPARATOR = " "
 """Between the controller's name and the key in a saved field (names have no whitespace), so
 that controllers of one processor group with the same primary keep their own expectations."""
-
-KEY_SYNC_RETRY_SECONDS = 0.1
-"""How soon a key whose shard's caches are still loading is first tried again; each further
-wait doubles, up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`."""
-KEY_SYNC_RETRY_MAX_SECONDS = 2.0
-"""The longest pause between two looks at a key whose shard's caches are still loading: a
-co-sharded resource whose reflector is slow must not make thousands of keys spin."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -119,9 +114,8 @@ class Controller(abc.ABC):
       workqueue factory chose (client-go's default controller rate limiter unless configured).
     * ``wait_for_sync``: workers wait for every served resource's cache before the first
       reconcile, and a key until the caches of its shard are loaded
-      (``HandlerContext.synced_for``; meanwhile it is tried again after
-      :data:`KEY_SYNC_RETRY_SECONDS`, doubling up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`, which
-      is not a failure).
+      (``HandlerContext.synced_for``; meanwhile it is tried again after a pause that doubles,
+      :mod:`processor_svc.sync_waits`, which is not a failure).
     * ``reconcile_only_owned``: skip (and forget) a key whose shard this processor no longer
       owns, because the lister would show it as absent although it was only handed over; its
       new owner re-delivers and reconciles it. Applies to keys whose shard the primary's lister
@@ -148,9 +142,14 @@ class Controller(abc.ABC):
     _declarations: ClassVar[Declarations] = Declarations()
     """The class's ``For``/``Owns``/``Watches``, collected (and checked) when it is defined."""
 
+    _awaits_reconcile: ClassVar[bool] = False
+    """Whether ``reconcile`` is a coroutine (``processor_svc.async_controller``)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._declarations = Declarations.of(cls)
+        if inspect.iscoroutinefunction(cls.reconcile) and not cls._awaits_reconcile:
+            raise TypeError(f"{cls.__qualname__}: an async def reconcile needs AsyncController")
 
     @classmethod
     def declared_resources(cls) -> Sequence[ResourceUse]:
@@ -230,9 +229,7 @@ class Controller(abc.ABC):
         # key writes its latest state, whichever thread changed it last.
         self._save_lock = threading.Lock()
         self._handover = HandoverGuard()
-        self._sync_lock = threading.Lock()
-        self._sync_waits: dict[str, int] = {}
-        """Keys waiting for their shard's caches: how often each was put back."""
+        self._sync_waits = SyncWaits()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -240,7 +237,7 @@ class Controller(abc.ABC):
     # --- what subclasses implement ------------------------------------------------------------
 
     @abc.abstractmethod
-    def reconcile(self, key: str) -> None:
+    def reconcile(self, key: str) -> Awaitable[None] | None:
         """Make the world match the cached state of ``key``; raise to retry with backoff.
 
         Runs on a worker thread, never concurrently for the same key. Read the state from
@@ -322,9 +319,8 @@ class Controller(abc.ABC):
         return resource
 
     def enqueue(self, key: str, priority: int = NORMAL_PRIORITY) -> None:
-        """Queue ``key`` for reconciling at ``priority`` (:mod:`processor_svc.event_priority`:
-        the initial list and resyncs wait behind fresh events); a no-op if it is already
-        waiting at that priority or higher, or after stop."""
+        """Queue ``key`` at ``priority`` (:mod:`processor_svc.event_priority`); a no-op if it
+        already waits that high, or after stop."""
         self._keys.add(key, priority)
 
     def enqueue_after(
@@ -420,9 +416,7 @@ class Controller(abc.ABC):
         if self._rate_limiter is not None:
             self._rate_limiter.forget(key)
         self.queue.forget(key)
-        if self._sync_waits:  # a key skipped while it waited for its caches
-            with self._sync_lock:
-                self._sync_waits.pop(key, None)
+        self._sync_waits.forget(key)  # a key skipped while it waited for its caches
 
     def _requeue_rate_limited(self, key: str, priority: int) -> None:
         """A retry, at the priority the key was handed out at (controller-runtime's rule)."""
@@ -495,30 +489,49 @@ class Controller(abc.ABC):
                 self.queue.done(key)
 
     def _process(self, key: str, priority: int) -> None:
+        admitted, shard = self._admit(key)
+        if not admitted:
+            return
+        try:
+            if self._ready(key, shard, priority):
+                try:
+                    self.reconcile(key)
+                except Exception as exc:
+                    self._handle_error(key, exc, priority)
+                else:
+                    self._forget(key)
+        finally:
+            self._finish(shard)
+
+    def _admit(self, key: str) -> tuple[bool, int | None]:
+        """Whether ``key`` may be reconciled here now, and its shard; if so, it counts as
+        running for :meth:`wait_shards_idle` until :meth:`_finish`."""
         shard = self.lister.shard_of(key)
         if not self._handover.enter(shard):
             self.logger.debug("skipping %s: its shard is being handed over", key)
             self._forget(key)
-            return
-        try:
-            self._process_owned(key, shard, priority)
-        finally:
-            self._handover.leave(shard)
+            return False, shard
+        return True, shard
 
-    def _process_owned(self, key: str, shard: int | None, priority: int) -> None:
+    def _finish(self, shard: int | None) -> None:
+        self._handover.leave(shard)
+
+    def _ready(self, key: str, shard: int | None, priority: int) -> bool:
+        """Whether to reconcile ``key`` now: its shard is still here, its caches are loaded and
+        they show this controller's last writes; if not, the key is forgotten or put back."""
         if self._shard_moved_away(key, shard):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
-            return
+            return False
         if self.wait_for_sync and not self._key_synced(key, priority):
-            return
+            return False
         verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
             # The event that brings the last write releases the key; the deadline, if not.
             remaining = self.barrier.remaining(key)
             if remaining is not None:
                 self._keys.add_after(key, remaining, priority)
-            return
+            return False
         if verdict is Verdict.EXPIRED:
             self.logger.warning(
                 "the cache did not show this controller's last write of %s within %.0f s; "
@@ -526,27 +539,16 @@ class Controller(abc.ABC):
                 key, self.barrier.timeout, extra={"controller": self.name, "key": key},
             )  # fmt: skip
             self._requeue_rate_limited(key, priority)
-            return
-        try:
-            self.reconcile(key)
-        except Exception as exc:
-            self._handle_error(key, exc, priority)
-        else:
-            self._forget(key)
+            return False
+        return True
 
     def _key_synced(self, key: str, priority: int) -> bool:
         """Whether the caches of ``key``'s shard are loaded; if not, the key is added again
         later (a takeover is loading them: not a failure, so not the rate limiter's business)."""
         if self.context.synced_for(key):
-            if self._sync_waits:
-                with self._sync_lock:
-                    self._sync_waits.pop(key, None)
+            self._sync_waits.forget(key)
             return True
-        with self._sync_lock:
-            waits = self._sync_waits.get(key, 0)
-            self._sync_waits[key] = waits + 1
-        delay = min(KEY_SYNC_RETRY_MAX_SECONDS, KEY_SYNC_RETRY_SECONDS * 2**waits)
-        self._keys.add_after(key, delay, priority)
+        self._keys.add_after(key, self._sync_waits.next_delay(key), priority)
         return False
 
     def _read_cache(self, resource: str, object_key: str) -> Obj | None:

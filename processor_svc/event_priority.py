@@ -16,9 +16,9 @@ a FIFO queue of one's own factory ignores it.
 
 from __future__ import annotations
 
-from common.deltas import resource_version
-from common.keys import Obj
+from common.object_keys import Obj
 from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue
+from common.versions import resource_version
 from common.workqueue import RateLimitingQueue
 
 __all__ = ["KeyQueue", "add_priority", "update_priority"]

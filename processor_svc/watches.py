@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self, overload
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.priority_queue import NORMAL_PRIORITY
 from common.publication import ResourceLayout
-from common.shard_keys import controller_reference, owner_key
+from common.shard_routing import controller_reference, owner_key
 from common.store import IndexFunc
 from processor_svc.event_priority import add_priority, update_priority
 from processor_svc.handlers import HandlerContext, Lister, ResourceUse

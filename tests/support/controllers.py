@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.publication import ResourceLayout
 from common.rate_limiters import ItemExponentialFailureRateLimiter, RateLimiter
 from common.store import Indexer
