@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from common.redis_config import is_cluster, node_client
+from common.redis_replies import as_text
 
 __all__ = ["CLUSTER_POLL", "BlockingRead"]
 
@@ -135,8 +136,8 @@ class BlockingRead:
         if not reply:
             return set()
         if isinstance(reply, dict):  # RESP3: {stream: [entries]}
-            return {_text(stream) for stream in reply}
-        return {_text(stream) for stream, _ in reply}
+            return {as_text(stream) for stream in reply}
+        return {as_text(stream) for stream, _ in reply}
 
     def _poll_cluster(self, positions: Mapping[str, str], block_ms: int) -> set[str]:
         pipe: Any = self._client.pipeline(transaction=False)
@@ -229,10 +230,6 @@ class BlockingRead:
             connection_pool=blocking_pool, single_connection_client=True
         )
         return self._blocking_client
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _left_behind(client: redis.Redis, pool: redis.ConnectionPool) -> bool:

@@ -48,6 +48,7 @@ from common.redis_layout import (
     GroupShardKeys,
 )
 from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_HELD, FENCED_READ
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.wire import FIELD
 from processor_svc.held_keys import HeldState, held_arguments
@@ -58,7 +59,6 @@ __all__ = [
     "FencedStream",
     "OwnershipLostError",
     "as_mapping",
-    "as_text",
     "id_tuple",
     "payload_of",
     "raw_of",
@@ -256,10 +256,6 @@ class FencedStream:
 
 
 # --- reading Redis's replies ---------------------------------------------------------------------
-
-
-def as_text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def id_tuple(entry_id: str) -> tuple[int, int]:

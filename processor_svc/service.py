@@ -5,29 +5,24 @@ ones, whose shard *N* it owns together (a Widget's shard with the shard of the s
 the ConfigMaps it owns, when the reflector shards them alike), and the *replicated* ones, every
 shard of which every member reads (:mod:`processor_svc.replica_reader`).
 
-The :class:`~processor_svc.ownership.ShardOwnership` coordinator decides which shard numbers
-this process owns, with one lease per co-sharded resource held together
-(:mod:`processor_svc.lease_group`); for each acquired number a
-:class:`~processor_svc.shard_worker.ShardWorker` per co-sharded resource takes its shard over
-into its own Indexer (attached to that resource's :class:`~processor_svc.lister.ShardedLister`)
-and applies its stream, fanning notifications out through that resource's
-:class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced number's workers stop
-(acknowledging what the handlers finished), and the handlers that do work of their own per key
+:class:`~processor_svc.ownership.ShardOwnership` decides which shard numbers this process owns, one
+lease per co-sharded resource held together; for each acquired number a
+:class:`~processor_svc.shard_worker.ShardWorker` per co-sharded resource, stepped by the process's
+one :class:`~processor_svc.reading_loop.ReadingLoop`, takes its shard over into its own Indexer
+(attached to the resource's lister) and applies its stream, fanning notifications out through the
+resource's :class:`~processor_svc.dispatch.HandlerDispatcher`. A lost or rebalanced number's workers
+stop (acknowledging what the handlers finished), and the handlers that do work of their own per key
 (:class:`~processor_svc.handlers.ShardAware`: a controller's reconciles) finish it, before the
 leases are released, so two processors never apply one shard, nor reconcile one key, at once.
 
 **Waiting for the reflectors** (:mod:`processor_svc.publication_gate`): no shard is taken before
-a reflector has completed a list into every shard of every resource. What the reflectors
-recorded of their resources (:class:`~common.publication.ResourceLayout`) then says how each
-lister finds a key's shard and whether objects can move between shards (a
-:class:`~processor_svc.move_gate.MoveGate` per such resource).
+every shard of every resource holds a completed list; the layout the reflectors recorded then
+says how each lister finds a key's shard and whether objects can move between shards.
 
 Shutdown (SIGTERM, :meth:`ProcessorService.stop`, at most :attr:`~ProcessorService.stop_timeout`):
-stop reading, let the handler calls already running finish within one ``--shutdown-grace`` for
-the whole stop, acknowledge what completed, release every lease at once (the others take over
-without waiting for expiry), leave the membership, and join every thread. Notifications no
-handler has started are not drained: their entries stay unacknowledged and the next owner
-delivers them, so old and new owners never overlap.
+stop reading, let running handler calls finish within one ``--shutdown-grace``, acknowledge what
+completed, release every lease at once, leave the membership, join every thread. Notifications
+no handler started stay unacknowledged for the next owner, so owners never overlap.
 """
 
 from __future__ import annotations
@@ -314,8 +309,7 @@ class ProcessorService:
         return self.settings.shutdown_grace + _STOP_MARGIN
 
     def unfinished_stop(self) -> str:
-        """What ending the process now would leave undone (``""``: nothing): the shards not
-        handed back yet and the handler calls still running."""
+        """What ending the process now leaves undone (``""``: nothing): unreleased shards, calls."""
         with self._workers_lock:
             shards = sorted(self._unreleased)
         calls = sum(dispatcher.running_calls() for dispatcher in self.dispatchers.values())
@@ -409,8 +403,8 @@ class ProcessorService:
             return sorted(self._units)
 
     def _acquired(self, shard: int, epoch: int) -> None:
-        """On the ownership thread: start taking shard ``shard`` of every co-sharded resource
-        over (the workers do the loading, so lease renewals are not held up)."""
+        """On the ownership thread: hand shard ``shard`` of every co-sharded resource to the
+        reading loop (which loads it: lease renewals are not held up)."""
         settings = self.settings
         epochs = self.ownership.epochs(shard, epoch)
         workers: dict[str, ShardWorker] = {}
@@ -475,13 +469,10 @@ class ProcessorService:
             self._unit_epochs.pop(shard, None)
         for handler in self._shard_aware:
             handler.shards_leaving([shard])  # also when no _losing came first (a failed start)
-        for resource, worker in workers.items():
-            # A graceful stop acknowledges what the handlers finished; if the lease is already
-            # gone those acknowledgements are refused (they are fenced), so this is safe either
-            # way.
+        for worker in workers.values():
+            # A graceful stop acknowledges what the handlers finished (fenced: refused if the
+            # lease is gone already); the worker forgets its shard's metrics as it leaves.
             worker.stop(grace=grace)
-            worker.join()
-            self.metrics.forget_shard(resource, shard)
         for handler in self._shard_aware:
             if not handler.wait_shards_idle([shard], self._grace_left()):
                 log.warning("%s: work on keys of shard %d outlived the %.1f s grace period",
@@ -515,9 +506,7 @@ class ProcessorService:
         the ownership loop when its worker was fenced off while the lease still renews as ours
         (:meth:`ShardOwnership.give_up`: a split brain, the worker's read on a stale primary)."""
         reported: set[tuple[str, int]] = set()
-        # The Redis ping behind /readyz runs here too, not in a thread of its own: a processor
-        # owning 16 shards keeps to six threads (docs/architecture.md).
-        next_ping = 0.0
+        next_ping = 0.0  # the Redis ping behind /readyz: here, not a thread (six threads)
         while not self._stopping.wait(_SUPERVISE_INTERVAL):
             if time.monotonic() >= next_ping:
                 self._redis_reachability.check()
@@ -549,18 +538,29 @@ class ProcessorService:
     def is_synced(self) -> bool:
         """Every owned shard of every resource delivered its initial list (and at least one
         shard is owned), and every replicated resource is read whole."""
+        return self._not_synced() is None
+
+    def _not_synced(self) -> str | None:
+        """Why :meth:`is_synced` is false, ``None`` when it is true."""
         if not self.published:
-            return False
+            return self._gate.waiting_for
         owned = self.owned_shards()
-        return (
-            bool(owned)
-            and all(
-                self.listers[resource].has_synced(shard)
+        if not owned:
+            return "owns no shard yet"
+        waiting = sorted(
+            {
+                shard
                 for shard in owned
                 for resource in self.plan.co_sharded
-            )
-            and all(self.listers[resource].has_synced() for resource in self.plan.replicated)
+                if not self.listers[resource].has_synced(shard)
+            }
         )
+        if waiting:
+            return f"syncing shards {waiting}"
+        replicas = [r for r in self.plan.replicated if not self.listers[r].has_synced()]
+        if replicas:
+            return f"reading replicated {', '.join(replicas)}"
+        return None
 
     def healthz(self) -> tuple[bool, str]:
         if self._stopping.is_set():
@@ -589,25 +589,10 @@ class ProcessorService:
         unreachable = self._redis_reachability.why_unreachable
         if unreachable:
             return False, unreachable
-        if not self.published:
-            return False, self._gate.waiting_for
-        owned = self.owned_shards()
-        if not owned:
-            return False, "owns no shard yet"
-        waiting = sorted(
-            {
-                shard
-                for shard in owned
-                for resource in self.plan.co_sharded
-                if not self.listers[resource].has_synced(shard)
-            }
-        )
-        if waiting:
-            return False, f"syncing shards {waiting}"
-        replicas = [r for r in self.plan.replicated if not self.listers[r].has_synced()]
-        if replicas:
-            return False, f"reading replicated {', '.join(replicas)}"
-        return True, f"owns shards {owned}"
+        not_synced = self._not_synced()
+        if not_synced is not None:
+            return False, not_synced
+        return True, f"owns shards {self.owned_shards()}"
 
     @property
     def waiting_for(self) -> str:

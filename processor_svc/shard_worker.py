@@ -46,6 +46,7 @@ from redis.exceptions import ResponseError
 from common.backoff import Backoff
 from common.deltas import Delta, DeltaType
 from common.redis_layout import GroupShardKeys
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.runtime import release_free_heap
 from common.wire import DEFAULT_MAX_BYTES, WireDecodeError
@@ -56,7 +57,6 @@ from processor_svc.fenced_stream import (
     FencedStream,
     OwnershipLostError,
     as_mapping,
-    as_text,
     payload_of,
     raw_of,
 )
