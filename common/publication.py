@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from common.redis_conversation import Commands, Conversation, call, converse
 from common.redis_layout import (
     CHECKPOINT_SYNCED_RV,
     LAYOUT_API_VERSION,
@@ -39,7 +40,9 @@ __all__ = [
     "Publication",
     "ResourceLayout",
     "hint_published",
+    "publication_conversation",
     "published_alternatives",
+    "published_alternatives_conversation",
     "read_publication",
     "write_layout",
 ]
@@ -120,16 +123,23 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
     if a reflector completed a list of it. Best effort (``[]`` when Redis fails): it only
     decorates a message. ``HGETALL`` and ``HGET`` only: a processor's minimal ACL has no
     ``SCAN``."""
+    return converse(client, published_alternatives_conversation(prefix=prefix, resource=resource))
+
+
+def published_alternatives_conversation(*, prefix: str, resource: str) -> Conversation[list[str]]:
+    """:func:`published_alternatives` as a conversation (for a blocking or an asyncio client)."""
     try:
-        listed = client.hgetall(resources_key(prefix))
+        (listed,) = yield Commands.one("hgetall", resources_key(prefix))
         known = [_text(name) for name in listed] + word_forms(resource)
         candidates = likely_meant(resource, known)
         if not candidates:
             return []
-        with client.pipeline(transaction=False) as pipe:
-            for candidate in candidates:
-                pipe.hget(ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
-            listed_rvs = pipe.execute()
+        listed_rvs = yield Commands(
+            tuple(
+                call("hget", ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
+                for candidate in candidates
+            )
+        )
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
     return [name for name, rv in zip(candidates, listed_rvs, strict=True) if rv is not None]
@@ -177,13 +187,23 @@ def read_publication(
     raises ``redis.RedisError`` when Redis cannot be read, ``ValueError`` when the recorded
     layout is unusable. Only ``HGET`` and ``HGETALL``: a processor's minimal ACL
     (``docs/operations.md``) has them, not ``EXISTS`` or ``HEXISTS``."""
+    return converse(
+        client, publication_conversation(prefix=prefix, resource=resource, shard_count=shard_count)
+    )
+
+
+def publication_conversation(
+    *, prefix: str, resource: str, shard_count: int
+) -> Conversation[Publication]:
+    """:func:`read_publication` as a conversation (for a blocking or an asyncio client)."""
     keys = ResourceKeys(prefix, resource)
-    pipe = client.pipeline(transaction=False)
-    pipe.hget(keys.leader, LEASE_HOLDER)
-    pipe.hgetall(keys.layout)
-    for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
-        pipe.hget(keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
-    leader, layout, *listed, beyond = pipe.execute()
+    reads = [call("hget", keys.leader, LEASE_HOLDER), call("hgetall", keys.layout)]
+    # one more shard: is the reflector's shard count larger?
+    reads += [
+        call("hget", keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
+        for shard in range(shard_count + 1)
+    ]
+    leader, layout, *listed, beyond = yield Commands(tuple(reads))
     return Publication(
         shard_count=shard_count,
         listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),

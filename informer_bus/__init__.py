@@ -32,13 +32,15 @@ from common.rate_limiters import (
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
 from informer_bus.kube_api import kube_api_client
-from informer_bus.subscribe import (
+from informer_bus.subscription import (
     FROM_BEGINNING,
     FROM_NOW,
+    DurableSubscription,
     SubscribedDelta,
     SubscribeError,
     Subscription,
     subscribe,
+    subscribe_durable,
 )
 from processor_svc.controller import Controller
 from processor_svc.handlers import (
@@ -71,6 +73,7 @@ __all__ = [
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
+    "DurableSubscription",
     "FilteringResourceEventHandler",
     "For",
     "HandlerContext",
@@ -108,4 +111,5 @@ __all__ = [
     "process_deltas",
     "split_meta_namespace_key",
     "subscribe",
+    "subscribe_durable",
 ]

@@ -24,6 +24,7 @@ PUBLIC = [
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
+    "DurableSubscription",
     "FilteringResourceEventHandler",
     "For",
     "HandlerContext",
@@ -61,6 +62,7 @@ PUBLIC = [
     "process_deltas",
     "split_meta_namespace_key",
     "subscribe",
+    "subscribe_durable",
 ]
 
 

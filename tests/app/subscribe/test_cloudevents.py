@@ -28,7 +28,7 @@ from common.redis_layout import ShardKeys
 from common.shard_keys import ShardKeyChoice
 from common.wire import DeltaEnvelope
 from informer_bus.cloudevents import EventMapper, event_id, event_type
-from informer_bus.subscribe import SubscribedDelta
+from informer_bus.subscription import SubscribedDelta
 from tests.app.subscribe.conftest import (
     PROGRAM,
     SHARDS,

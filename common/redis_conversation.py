@@ -1,0 +1,156 @@
+"""A Redis conversation written once, run by a blocking client or by an asyncio one.
+
+A reader that exists for both ``redis.Redis`` and ``redis.asyncio.Redis`` (the subscriptions)
+would otherwise spell every command sequence twice, once with ``await``, and the two copies
+would drift. Here a conversation is a generator: it yields what to send -- :class:`Commands`
+(one pipeline, or one call on its own), a :class:`Pause`, a :class:`Scan` -- receives the
+replies, decides, and finally returns its result. :func:`converse` runs it on a blocking
+client, :func:`converse_async` on an asyncio one; neither knows what is said.
+
+Commands are named by their redis-py method (``"xreadgroup"``), with redis-py's arguments, so a
+conversation reads like the blocking code it replaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = [
+    "Call",
+    "Commands",
+    "Conversation",
+    "Pause",
+    "Scan",
+    "call",
+    "converse",
+    "converse_async",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One command: redis-py's method name and its arguments."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def call(method: str, *args: Any, **kwargs: Any) -> Call:
+    return Call(method, args, kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """Calls sent together; the reply is the list of their replies, in order.
+
+    ``alone``: one call sent by itself rather than in a pipeline (a blocking read, a command a
+    Cluster pipeline cannot route). ``transaction``: a ``MULTI`` pipeline. ``raise_on_error``:
+    as redis-py's ``execute`` (false: failed commands' exceptions are replies)."""
+
+    calls: tuple[Call, ...]
+    transaction: bool = False
+    raise_on_error: bool = True
+    alone: bool = False
+
+    @classmethod
+    def one(cls, method: str, *args: Any, **kwargs: Any) -> Commands:
+        return cls((Call(method, args, kwargs),), alone=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``seconds`` (a poll interval); the reply is ``None``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every key name matching ``pattern`` (``SCAN``; every primary of a Cluster); the reply
+    is the list of names as text."""
+
+    pattern: str
+    count: int = 1000
+
+
+Step = Commands | Pause | Scan
+T = TypeVar("T")
+Conversation = Generator[Step, Any, T]
+"""Yields steps, is sent each step's reply (or thrown the step's exception), returns ``T``."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_blocking(client: Any, step: Step) -> Any:
+    if isinstance(step, Pause):
+        time.sleep(step.seconds)
+        return None
+    if isinstance(step, Scan):
+        return [_text(key) for key in client.scan_iter(match=step.pattern, count=step.count)]
+    if step.alone:
+        (only,) = step.calls
+        return [getattr(client, only.method)(*only.args, **only.kwargs)]
+    with client.pipeline(transaction=step.transaction) as pipe:
+        for one in step.calls:
+            getattr(pipe, one.method)(*one.args, **one.kwargs)
+        return pipe.execute(raise_on_error=step.raise_on_error)
+
+
+async def _run_async(client: Any, step: Step) -> Any:
+    if isinstance(step, Pause):
+        await asyncio.sleep(step.seconds)
+        return None
+    if isinstance(step, Scan):
+        scan = client.scan_iter(match=step.pattern, count=step.count)
+        return [_text(key) async for key in scan]
+    if step.alone:
+        (only,) = step.calls
+        return [await getattr(client, only.method)(*only.args, **only.kwargs)]
+    async with client.pipeline(transaction=step.transaction) as pipe:
+        for one in step.calls:
+            getattr(pipe, one.method)(*one.args, **one.kwargs)
+        return await pipe.execute(raise_on_error=step.raise_on_error)
+
+
+def converse(client: Any, conversation: Conversation[T]) -> T:
+    """Run ``conversation`` on a blocking client (``redis.Redis`` or a Cluster client). A
+    step's exception is thrown into the conversation, which may handle it."""
+    try:
+        step = next(conversation)
+        while True:
+            try:
+                reply = _run_blocking(client, step)
+            except Exception as exc:  # the conversation decides
+                step = conversation.throw(exc)
+            else:
+                step = conversation.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        conversation.close()
+
+
+async def converse_async(client: Any, conversation: Conversation[T]) -> T:
+    """Run ``conversation`` on a ``redis.asyncio`` client, as :func:`converse`. Cancelling it
+    cancels the command in flight (redis-py drops that connection) and closes the
+    conversation; a cancellation is never thrown into it."""
+    try:
+        step = next(conversation)
+        while True:
+            try:
+                reply = await _run_async(client, step)
+            except Exception as exc:  # the conversation decides
+                step = conversation.throw(exc)
+            else:
+                step = conversation.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        conversation.close()
