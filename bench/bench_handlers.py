@@ -199,6 +199,13 @@ class KeyOnly(Reporting):
         self.last_key = meta_namespace_key(obj)  # a tombstone's key too
         self.counts["deletes"] += 1
 
+    def on_key_event(self, key: str, change: str, is_in_initial_list: bool) -> None:
+        """Live changes as keys alone (``processor_svc.key_events``): nothing is decoded."""
+        self.last_key = key
+        if change == "update":
+            self.last_update_ns = handler_clock_ns()
+        self.counts[change + "s"] += 1
+
     def _flush(self) -> None:
         # The counts before the clock: a count the bench reads as final comes with the clock
         # of that very call (the call writes the clock first).

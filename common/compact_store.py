@@ -98,6 +98,21 @@ class CompactIndexer(Indexer):
 
     add = update
 
+    def update_packed(self, key: str, packed: bytes, index_obj: Obj) -> bool:
+        """Keep ``packed`` under ``key`` and say whether the key was held; decodes nothing.
+
+        For a caller whose handlers need only keys (``processor_svc.shard_store``): the index
+        functions run on ``index_obj``, a stand-in holding what they read (the namespace, from
+        the entry's header), so the caller must know they read nothing else."""
+        packed = self._keep(packed)
+        self._lock.acquire()
+        try:
+            old: Any = Indexer.update(self, index_obj, key)
+            self._items[key] = packed
+        finally:
+            self._lock.release()
+        return old is not None
+
     def delete(self, obj: Obj | DeletedFinalStateUnknown, key: str | None = None) -> Obj | None:
         old: Any = super().delete(obj, key)  # what the plain store keeps here is the bytes
         return None if old is None else self._unpack(old)

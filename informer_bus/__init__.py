@@ -51,6 +51,7 @@ from processor_svc.handlers import (
     load_handler,
     make_workqueue_factory,
 )
+from processor_svc.key_events import KeyEventHandler
 from processor_svc.lister import ShardedLister
 from processor_svc.predicates import (
     UpdatePredicate,
@@ -81,6 +82,7 @@ __all__ = [
     "InvalidKeyError",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "KeyEventHandler",
     "Lister",
     "MaxOfRateLimiter",
     "Obj",

@@ -16,19 +16,23 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any, Final
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from common.redis_config import node_client
+from common.redis_config import is_cluster, node_client
 
-__all__ = ["BlockingRead"]
+__all__ = ["CLUSTER_POLL", "BlockingRead"]
 
 log = logging.getLogger(__name__)
 
 _BLOCK_TIMEOUT_MARGIN: Final = 10.0  # blocking socket timeout = block time + this
+
+CLUSTER_POLL: Final = 0.02
+"""Seconds an idle reading loop on a Redis Cluster waits between asking its shards' nodes."""
 
 _POOL_BOUND_KWARGS: Final = frozenset(
     {
@@ -99,6 +103,49 @@ class BlockingRead:
         if isinstance(reply, dict):  # RESP3: {stream: [entries]}
             return list(next(iter(reply.values()))[0]) if reply else []
         return list(reply[0][1])
+
+    def wait_any(self, positions: Mapping[str, str], block_ms: int) -> set[str]:
+        """The streams of ``positions`` (stream -> last ID read) that have an entry after their
+        ID, waiting up to ``block_ms`` for one; empty after a timeout or :meth:`interrupt`.
+
+        One ``XREAD BLOCK`` names every stream, so a reading loop pays one round trip per wake
+        for all its shards. A Redis Cluster refuses that (each shard is a slot of its own): there
+        the streams are asked without blocking, one pipeline per node, and an idle answer waits
+        :data:`CLUSTER_POLL` on the stop event before the next ask (docs/architecture.md, "One
+        reading loop per processor")."""
+        if not positions:
+            self._stop.wait(block_ms / 1000)
+            return set()
+        if is_cluster(self._client):
+            return self._poll_cluster(positions, block_ms)
+        with self._lock:
+            if self._stop.is_set():
+                return set()
+            self._blocking = True
+        try:
+            client = self._connection()
+            streams: dict[Any, Any] = dict(positions)
+            reply: Any = client.xread(streams, count=1, block=block_ms)
+        except redis.RedisError:
+            self.close()
+            raise
+        finally:
+            with self._lock:
+                self._blocking = False
+        if not reply:
+            return set()
+        if isinstance(reply, dict):  # RESP3: {stream: [entries]}
+            return {_text(stream) for stream in reply}
+        return {_text(stream) for stream, _ in reply}
+
+    def _poll_cluster(self, positions: Mapping[str, str], block_ms: int) -> set[str]:
+        pipe: Any = self._client.pipeline(transaction=False)
+        for stream, after in positions.items():
+            pipe.xread({stream: after}, count=1)
+        found = {stream for stream, reply in zip(positions, pipe.execute(), strict=True) if reply}
+        if not found:
+            self._stop.wait(min(block_ms / 1000, CLUSTER_POLL))
+        return found
 
     def interrupt(self, worker: threading.Thread) -> None:
         """End a blocking ``XREAD`` now with ``CLIENT UNBLOCK`` instead of waiting ``block_ms``.
@@ -182,6 +229,10 @@ class BlockingRead:
             connection_pool=blocking_pool, single_connection_client=True
         )
         return self._blocking_client
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _left_behind(client: redis.Redis, pool: redis.ConnectionPool) -> bool:

@@ -27,13 +27,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias
+from typing import Final, TypeAlias
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.keys import Obj
 from processor_svc.ack_tracker import AckToken
+from processor_svc.key_events import KeyEventHandler
 from processor_svc.metrics import ProcessorMetrics
+from processor_svc.notifications import (
+    AddNotification,
+    DeleteNotification,
+    Notification,
+    NotificationCollector,
+    NotificationSink,
+    UpdateNotification,
+)
 from processor_svc.resync import checked_resync_periods
 
 __all__ = [
@@ -48,61 +56,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# --- notifications ----------------------------------------------------------------------------
-
-
-def _key_of(obj: Obj | DeletedFinalStateUnknown) -> str:
-    """The object's cache key for a log line; never raises (it runs while reporting an error)."""
-    try:
-        return meta_namespace_key(obj)
-    except Exception:
-        return "<no key>"
-
-
-@dataclass(slots=True)
-class AddNotification:
-    """``on_add(obj, is_in_initial_list)``."""
-
-    obj: Obj
-    is_in_initial_list: bool
-
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_add(self.obj, self.is_in_initial_list)
-
-    def describe(self) -> str:
-        return f"add of {_key_of(self.obj)}"
-
-
-@dataclass(slots=True)
-class UpdateNotification:
-    """``on_update(old, new)``; ``old is new`` for a resync."""
-
-    old: Obj
-    new: Obj
-
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_update(self.old, self.new)
-
-    def describe(self) -> str:
-        return f"update of {_key_of(self.new)}"
-
-
-@dataclass(slots=True)
-class DeleteNotification:
-    """``on_delete(obj)``: the final state, or a tombstone for an inferred deletion."""
-
-    obj: Obj | DeletedFinalStateUnknown
-
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_delete(self.obj)
-
-    def describe(self) -> str:
-        return f"delete of {_key_of(self.obj)}"
-
-
-Notification: TypeAlias = AddNotification | UpdateNotification | DeleteNotification
-"""What :meth:`HandlerDispatcher.deliver` takes."""
 
 
 class _Barrier:
@@ -123,46 +76,6 @@ _BARRIER: Final = _Barrier()
 _Item: TypeAlias = tuple["Notification | _Barrier", "AckToken | None", "threading.Event | None"]
 """A notification, the ack token it holds, and its shard worker's stop event: once that is
 set, the notification is skipped instead of applied (see :meth:`HandlerDispatcher.wait_quiet`)."""
-
-
-class NotificationSink(Protocol):
-    """Where collected notifications go (a :class:`HandlerDispatcher`)."""
-
-    def deliver_all(
-        self,
-        notifications: Sequence[tuple[Notification, AckToken | None]],
-        *,
-        cancel: threading.Event | None = None,
-    ) -> bool: ...
-
-
-class NotificationCollector:
-    """The ``process_deltas`` handler of a shard's reader: collects each callback as a
-    notification carrying the current entry's token; :meth:`flush` hands a whole read batch to
-    the sink at once (one hand-off per batch, not per notification)."""
-
-    __slots__ = ("_cancel", "_sink", "pending", "token")
-
-    def __init__(self, sink: NotificationSink, cancel: threading.Event) -> None:
-        self._sink = sink
-        self._cancel = cancel
-        self.token: AckToken | None = None
-        self.pending: list[tuple[Notification, AckToken | None]] = []
-
-    def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
-        self.pending.append((AddNotification(obj, is_in_initial_list), self.token))
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        self.pending.append((UpdateNotification(old, new), self.token))
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.pending.append((DeleteNotification(obj), self.token))
-
-    def flush(self) -> bool:
-        """Deliver what was collected; ``False`` when the shard stopped while waiting for room
-        (the collected entries' tokens then never complete)."""
-        pending, self.pending = self.pending, []
-        return self._sink.deliver_all(pending, cancel=self._cancel)
 
 
 # --- the dispatcher ------------------------------------------------------------------------------
@@ -460,9 +373,16 @@ class HandlerDispatcher:
             )
             for name, handler in handlers
         )
+        self._keys_suffice = all(isinstance(r.handler, KeyEventHandler) for r in self._runners)
         self._state = threading.Lock()
         self._started = False
         self._stopped = False
+
+    @property
+    def keys_suffice(self) -> bool:
+        """Every handler is a :class:`~processor_svc.key_events.KeyEventHandler`: live changes
+        may be sent as keys alone."""
+        return self._keys_suffice
 
     @property
     def handler_names(self) -> list[str]:

@@ -103,13 +103,21 @@ class MoveGate:
             self._positions.pop(shard, None)
             self._cond.notify_all()
 
-    def wait_applied(self, shard: int, entry_id: str, cancel: threading.Event) -> bool:
+    def wait_applied(
+        self,
+        shard: int,
+        entry_id: str,
+        cancel: threading.Event,
+        pump: Callable[[], None] | None = None,
+    ) -> bool:
         """Block until ``shard`` is not read here or has applied ``entry_id``; ``False`` when
-        ``cancel`` was set first. Gives up (and counts it) after the timeout."""
+        ``cancel`` was set first. Gives up (and counts it) after the timeout. ``pump`` steps
+        the other shards of the caller's reading loop: the one that applies ``shard`` may be
+        the caller's own thread, so it is pumped instead of waited for."""
         wanted = _position(entry_id)
         deadline = self._clock() + self._timeout
-        with self._cond:
-            while True:
+        while True:
+            with self._cond:
                 if shard not in self._positions:
                     return True
                 position = self._positions[shard]
@@ -120,13 +128,23 @@ class MoveGate:
                 if self._clock() >= deadline:
                     self.expired += 1
                     break
-                self._cond.wait(_POLL)
+                if pump is None:
+                    self._cond.wait(_POLL)
+                    continue
+            pump()
         self._expired(f"shard {shard} did not apply {entry_id} within {self._timeout:g} s")
         return True
 
-    def wait_released(self, key: str, shard: int, cancel: threading.Event) -> bool:
+    def wait_released(
+        self,
+        key: str,
+        shard: int,
+        cancel: threading.Event,
+        pump: Callable[[], None] | None = None,
+    ) -> bool:
         """Block until no store of this process but ``shard``'s holds ``key``; ``False`` when
-        ``cancel`` was set first. Gives up (and counts it) after the timeout."""
+        ``cancel`` was set first. Gives up (and counts it) after the timeout. ``pump``: as
+        for :meth:`wait_applied`."""
         deadline = self._clock() + self._timeout
         while self._held_elsewhere(key, shard):
             if cancel.is_set():
@@ -136,6 +154,9 @@ class MoveGate:
                     self.expired += 1
                 self._expired(f"{key} still held by another shard after {self._timeout:g} s")
                 return True
+            if pump is not None:
+                pump()
+                continue
             with self._cond:
                 self._cond.wait(_POLL)
         return True

@@ -48,7 +48,7 @@ from common.prometheus_workqueue import PrometheusMetricsProvider
 from common.publication import ResourceLayout
 from common.redis_config import redis_location
 from common.redis_layout import GroupShardKeys, ShardKeys
-from common.redis_reachability import RedisReachability
+from common.redis_reachability import PING_INTERVAL, RedisReachability
 from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from common.sharding import shard_ranges
@@ -69,6 +69,7 @@ from processor_svc.metrics import ProcessorMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.ownership import ShardOwnership
 from processor_svc.publication_gate import PublicationGate
+from processor_svc.reading_loop import ReadingLoop
 from processor_svc.replica_reader import ReplicaReader
 from processor_svc.settings import ProcessorSettings
 from processor_svc.shard_worker import ShardWorker
@@ -103,8 +104,8 @@ class ProcessorService:
         self._plan(extra_handlers)
         for resource in self.plan.co_sharded:
             self.metrics.add_co_sharded(resource, settings.shard_count)
-        # Blocking stream reads get their own connections inside the workers (socket timeout
-        # above the BLOCK time); this client serves the short commands. A renewal renews one
+        # The reading loop's blocking wait gets its own connection (socket timeout above the
+        # BLOCK time); this client serves the short commands. A renewal renews one
         # lease per co-sharded resource.
         self.redis, self.lease_redis = service_clients(
             settings.redis, settings.lease, calls_per_renewal=len(self.plan.co_sharded)
@@ -123,6 +124,10 @@ class ProcessorService:
         self._units: dict[int, dict[str, ShardWorker]] = {}
         self._unit_epochs: dict[int, int] = {}  # shard -> the ownership epoch its unit runs for
         self._replicas: list[ReplicaReader] = []
+        # Every owned shard of every co-sharded resource is read by this one thread.
+        self._reading = ReadingLoop(
+            self.redis, block_ms=settings.block_ms, linger_ms=settings.read_linger_ms
+        )
         self._workers_lock = threading.Lock()
         self._unreleased: set[int] = set()  # shards taken and not yet handed back (stopped)
         self._stopping = threading.Event()
@@ -237,7 +242,6 @@ class ProcessorService:
         self._server = serve_probes(
             self, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._redis_reachability.start()
         start_handlers(self._handler_objects)
         for dispatcher in self.dispatchers.values():
             dispatcher.start()
@@ -277,6 +281,7 @@ class ProcessorService:
                 self._membership.leave()
             except redis.RedisError as exc:
                 log.warning("%s: could not leave the members: %r", self.resource, exc)
+        self._reading.close()
         for reader in self._replicas:
             reader.stop()
         for resource, dispatcher in self.dispatchers.items():
@@ -285,7 +290,6 @@ class ProcessorService:
                 log.warning("%s: handlers did not finish within the grace period: %s",
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
-        self._redis_reachability.stop()
         if self._server is not None:  # None: its port was taken, it never started
             self._server.stop()
             log.info("processor %s stopped", self.member_id)
@@ -423,6 +427,7 @@ class ProcessorService:
                 view=self.views[resource],
                 moves=self.moves.get(resource),
                 replica_wait=ReplicaWait.of(settings.durability),
+                loop=self._reading,
             )
         with self._workers_lock:
             self._units[shard] = workers
@@ -503,7 +508,13 @@ class ProcessorService:
         the ownership loop when its worker was fenced off while the lease still renews as ours
         (:meth:`ShardOwnership.give_up`: a split brain, the worker's read on a stale primary)."""
         reported: set[tuple[str, int]] = set()
+        # The Redis ping behind /readyz runs here too, not in a thread of its own: a processor
+        # owning 16 shards keeps to six threads (docs/architecture.md).
+        next_ping = 0.0
         while not self._stopping.wait(_SUPERVISE_INTERVAL):
+            if time.monotonic() >= next_ping:
+                self._redis_reachability.check()
+                next_ping = time.monotonic() + PING_INTERVAL
             with self._workers_lock:
                 units = list(self._units.items())
                 epochs = dict(self._unit_epochs)

@@ -15,9 +15,16 @@ from typing import Protocol, runtime_checkable
 from common.codec import Codec
 from common.handlers import DeltaTarget
 from common.keys import Obj
+from common.store import NAMESPACE_INDEX, IndexFunc, meta_namespace_index_func
 from common.wire import ENVELOPE_CODEC
 
-__all__ = ["PackedEnvelopeStore", "ShardStore", "keeps_envelopes"]
+__all__ = [
+    "HeaderIndexedStore",
+    "PackedEnvelopeStore",
+    "ShardStore",
+    "indexed_from_headers",
+    "keeps_envelopes",
+]
 
 
 class ShardStore(DeltaTarget, Protocol):
@@ -49,3 +56,26 @@ def keeps_envelopes(store: object) -> bool:
     """Whether ``store`` keeps entries as the envelope bytes they came in: then, and only
     then, ``update`` is handed them as ``packed`` (any other store encodes, or ignores it)."""
     return isinstance(store, PackedEnvelopeStore) and store.codec is ENVELOPE_CODEC
+
+
+@runtime_checkable
+class HeaderIndexedStore(PackedEnvelopeStore, Protocol):
+    """Optional: a store that can keep an entry's bytes without its object decoded, its index
+    functions run on a stand-in (:meth:`~common.compact_store.CompactIndexer.update_packed`)."""
+
+    def update_packed(self, key: str, packed: bytes, index_obj: Obj) -> bool: ...
+
+    def get_indexers(self) -> dict[str, IndexFunc]: ...
+
+
+def indexed_from_headers(store: object) -> bool:
+    """Whether ``store`` can be written from entry headers alone: it keeps envelopes as they
+    came and its only index is the namespace index, which the header's namespace answers (a
+    user indexer reads the object, so it needs the decoded object)."""
+    if not (isinstance(store, HeaderIndexedStore) and store.codec is ENVELOPE_CODEC):
+        return False
+    indexers = store.get_indexers()
+    return all(
+        name == NAMESPACE_INDEX and func is meta_namespace_index_func
+        for name, func in indexers.items()
+    )

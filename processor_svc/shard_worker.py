@@ -1,12 +1,12 @@
 """One owned shard: take it over, then apply its stream to the shard's store and handlers.
 
 ``docs/architecture.md`` ("Processing") is the specification; this module implements the
-delivery guarantee for a single shard, in one thread per shard (:class:`ShardWorker`).
-Per-object order is the stream's order because one thread applies a shard and one owner holds
-it. Its parts live beside it: the takeover (:mod:`processor_svc.takeover`, the first thing the
-thread does, and again after an unexpected failure), the fenced read/acknowledge protocol and
-dead letters (:mod:`processor_svc.fenced_stream`), the blocking wait for new entries and its
-interrupt (:mod:`processor_svc.blocking_read`).
+delivery guarantee for a single shard (:class:`ShardWorker`), stepped by the process's one
+reading loop (:mod:`processor_svc.reading_loop`, which also waits for new entries of every
+shard at once). Per-object order is the stream's order because one loop applies a shard and one
+owner holds it. Its parts live beside it: the takeover (:mod:`processor_svc.takeover`, the first
+step, and again after an unexpected failure), the fenced read/acknowledge protocol and dead
+letters (:mod:`processor_svc.fenced_stream`).
 
 **Consumption**: entries after ``L`` (where the takeover left the group) are applied one at a
 time with ``process_deltas`` into the store, their notifications carry an
@@ -23,15 +23,11 @@ handlers for the shard already).
 (:class:`common.backoff.Backoff`) and retries. After a failed ``XREADGROUP`` whose outcome is
 unknown the next read replays this consumer's pending entries after the last one seen, so nothing
 that was moved into the pending list is skipped. An unexpected exception is logged and leads to
-a fresh takeover (at-least-once, like a restarted informer). The thread never dies silently:
+a fresh takeover (at-least-once, like a restarted informer). A worker never ends silently:
 :attr:`ShardWorker.error` holds the last failure and :attr:`ShardWorker.alive` tells whether it
 still runs.
 
-**What the worker needs** is declared beside it, not taken from the concrete classes: a
-:class:`~processor_svc.shard_store.ShardStore` to write (an :class:`~common.store.Indexer` is
-one; :mod:`processor_svc.shard_store` says when a store is handed each entry as it came) and a
-:class:`NotificationSink` to send to (a :class:`~processor_svc.dispatch.HandlerDispatcher` is
-one).
+**What the worker needs** is declared beside it (:class:`HandlerSink`, ``ShardStore``).
 """
 
 from __future__ import annotations
@@ -40,33 +36,21 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, Final, Protocol
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, runtime_checkable
 
 import redis
 from redis.exceptions import ResponseError
 
 from common.backoff import Backoff
 from common.deltas import Delta, DeltaType
-from common.handlers import process_deltas
 from common.redis_layout import GroupShardKeys
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.runtime import release_free_heap
-from common.wire import (
-    DEFAULT_MAX_BYTES,
-    FIELD,
-    WireDecodeError,
-    decode_envelope,
-    envelope_from_fields,
-)
+from common.wire import DEFAULT_MAX_BYTES, WireDecodeError
 from processor_svc.ack_tracker import AckToken, AckTracker
-from processor_svc.blocking_read import BlockingRead
-from processor_svc.dispatch import (
-    AddNotification,
-    DeleteNotification,
-    DispatcherClosedError,
-    NotificationCollector,
-)
+from processor_svc.dispatch import DispatcherClosedError, NotificationCollector
 from processor_svc.fenced_stream import (
     DeadLetter,
     FencedStream,
@@ -76,22 +60,25 @@ from processor_svc.fenced_stream import (
     payload_of,
     raw_of,
 )
-from processor_svc.held_keys import HeldChanges, held_state
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
-from processor_svc.shard_store import ShardStore, keeps_envelopes
+from processor_svc.reading_loop import ReadingLoop
+from processor_svc.shard_cursor import ShardCursor
+from processor_svc.shard_store import ShardStore, indexed_from_headers, keeps_envelopes
+from processor_svc.stream_entry import apply_entry, route_entry
 from processor_svc.takeover import Commit, InitialListSink, Takeover
 from processor_svc.view import GroupView, Routed
 
-__all__ = ["NotificationSink", "ShardWorker"]
+__all__ = ["HandlerSink", "ShardWorker"]
 
 log = logging.getLogger(__name__)
 
 _LAG_REFRESH: Final = 1.0  # seconds between XINFO GROUPS calls for the lag gauge
-_ACK_POLL_MS: Final = 100  # block at most this long while handlers still hold entries
+_ACK_POLL: Final = 0.1  # seconds idle at most while handlers still hold entries
+_BARRIER_POLL: Final = 0.01  # seconds between looks at a takeover's barrier
 
 
-class NotificationSink(InitialListSink, Protocol):
+class HandlerSink(InitialListSink, Protocol):
     """Where a shard worker sends its notifications: every handler, behind bounded buffers.
 
     Besides the initial list's calls: :meth:`wait_quiet` waits (at most ``timeout`` seconds)
@@ -104,20 +91,29 @@ class NotificationSink(InitialListSink, Protocol):
     def wake(self) -> None: ...
 
 
+@runtime_checkable
+class KeyedSink(Protocol):
+    """Optional: a sink that says whether its handlers need only keys (``key_events``)."""
+
+    @property
+    def keys_suffice(self) -> bool: ...
+
+
 class ShardWorker:
-    """Takes over one owned shard and applies its stream, in a thread of its own.
+    """Takes over one owned shard and applies its stream, one step at a time on a reading loop.
 
     ``client`` must not decode responses (envelopes are bytes). ``epoch`` is the fencing token
     of our shard lease (``member_id`` is its holder). ``count`` entries are read per batch;
     ``block_ms`` (>= 1) bounds one idle wait, and so how long :meth:`stop` can take when the
-    interrupt of that wait fails. :meth:`start` runs the thread
-    ``shard-worker[<resource>:<shard>]``; :meth:`stop` ends it gracefully, :meth:`lost` without
-    acknowledging anything more. ``backoff`` paces retries after Redis errors (client-go's
-    shape by default). ``view`` is the group's selection and projection
+    interrupt of that wait fails. :meth:`start` hands the worker to ``loop`` (the process's
+    :class:`~processor_svc.reading_loop.ReadingLoop`; without one the worker gets a loop of its
+    own, named ``shard-worker[<resource>:<shard>]``); :meth:`stop` ends it gracefully,
+    :meth:`lost` without acknowledging anything more. ``backoff`` paces retries after Redis
+    errors (client-go's shape by default). ``view`` is the group's selection and projection
     (:mod:`processor_svc.view`), applied to every entry and to the takeover's snapshot before
-    the store. ``replica_wait``: acknowledgements count only once that many replicas have
-    them (:class:`~processor_svc.fenced_stream.FencedStream`); a shortfall is retried like any
-    Redis error (they are idempotent).
+    the store. ``replica_wait``: acknowledgements count only once that many replicas have them
+    (:class:`~processor_svc.fenced_stream.FencedStream`); a shortfall is retried like any Redis
+    error (they are idempotent).
     """
 
     def __init__(
@@ -129,7 +125,7 @@ class ShardWorker:
         epoch: int,
         member_id: str,
         store: ShardStore,
-        dispatcher: NotificationSink,
+        dispatcher: HandlerSink,
         metrics: ProcessorMetrics,
         resource: str,
         count: int = 500,
@@ -139,6 +135,7 @@ class ShardWorker:
         view: GroupView | None = None,
         moves: MoveGate | None = None,
         replica_wait: ReplicaWait = NO_WAIT,
+        loop: ReadingLoop | None = None,
     ) -> None:
         if keys.shard != shard:
             raise ValueError(f"keys are for shard {keys.shard}, not {shard}")
@@ -157,6 +154,12 @@ class ShardWorker:
         self._count, self._block_ms, self._max_bytes = count, block_ms, max_entry_bytes
         # A view that keeps everything as it is costs nothing: the worker skips it.
         self._view = None if view is None or view.is_identity else view
+        # Handlers that need only keys, no view: entries may be applied from their headers
+        # (processor_svc.key_events), as long as the store's indexes allow (checked per batch).
+        self._keys_suffice = (
+            self._view is None and isinstance(dispatcher, KeyedSink) and dispatcher.keys_suffice
+        )
+        self._keyed = False
         self._moves = moves
         self._backoff = backoff if backoff is not None else Backoff()
 
@@ -174,9 +177,16 @@ class ShardWorker:
         self._grace = 0.0
         self._synced = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"shard-worker[{resource}:{shard}]", daemon=False
+        self._name = f"shard-worker[{resource}:{shard}]"
+        self._stream_key = keys.stream
+        self._own_loop = loop is None
+        self._loop = (
+            loop if loop is not None else ReadingLoop(client, block_ms=block_ms, name=self._name)
         )
+        self._started = False
+        self._done = threading.Event()
+        self._abandoned = False  # ended without acknowledging (fenced off, dispatcher gone)
+        self.wake_after: str | None = None  # after an idle step: the last entry ID read
         self._forwarder = NotificationCollector(dispatcher, self._stop)
         self._takeovers = Takeover(
             self._stream,
@@ -185,31 +195,34 @@ class ShardWorker:
             name=self.name,
             view=self._view,
             moves=moves,
+            pump=_pump_for(self),
         )
-        self._blocking = BlockingRead(client, keys.stream, block_ms=block_ms, stop=self._stop)
 
-        # Worker-thread state.
+        # Loop-thread state.
         self._tracker: AckTracker | None = None  # None: a takeover is due
         self._commit: Commit | None = None
-        self._last_id = "0-0"  # the last entry ID this consumer received
-        self._replay = False  # re-read our pending entries after _last_id before '>'
-        self._dead: dict[str, DeadLetter] = {}
-        self._unsent_acks: list[str] = []
-        # The held set's changes of the entries not acknowledged yet (processor_svc.held_keys).
-        self._held = HeldChanges()
+        self._cursor = ShardCursor(self._stream, count=count)
         self._next_lag_refresh = 0.0
 
     # --- public API ------------------------------------------------------------------------------
 
     @property
     def name(self) -> str:
-        """The thread's name, ``shard-worker[<resource>:<shard>]``."""
-        return self._thread.name
+        """``shard-worker[<resource>:<shard>]``, in every log line of the worker."""
+        return self._name
+
+    @property
+    def stream(self) -> str:
+        return self._stream_key
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def alive(self) -> bool:
-        """The thread runs (started and not finished)."""
-        return self._thread.is_alive()
+        """The worker runs (started and not finished)."""
+        return self._started and not self._done.is_set()
 
     @property
     def error(self) -> BaseException | None:
@@ -231,13 +244,13 @@ class ShardWorker:
         return self._synced.wait(timeout)
 
     def start(self) -> None:
-        """Start the thread (takeover, then consumption)."""
-        self._thread.start()
+        """Hand the worker to its loop (takeover, then consumption)."""
+        self._started = True
+        self._loop.add(self)
 
     def stop(self, grace: float = 5.0) -> None:
-        """Stop reading, give in-flight notifications up to ``grace`` seconds, acknowledge what
-        completed (fenced) and end the thread; returns once it ended. The caller releases the
-        lease afterwards, so the next owner starts at once."""
+        """Stop reading, give running calls up to ``grace`` seconds, acknowledge what completed
+        (fenced) and leave the loop; returns once done (the caller then releases the lease)."""
         self._grace = max(0.0, grace)
         self._shutdown()
 
@@ -247,6 +260,7 @@ class ShardWorker:
         self._grace = max(0.0, grace)
         self._stop.set()
         self._dispatcher.wake()
+        self._loop.wake()
 
     def lost(self) -> None:
         """Ownership is gone (someone else may own the shard now): stop at once, acknowledge
@@ -256,59 +270,74 @@ class ShardWorker:
         self._shutdown()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the thread to end (it ends on its own after losing the lease)."""
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
+        """Wait for the worker to end (it ends on its own after losing the lease)."""
+        if self._started:
+            self._done.wait(timeout)
+            if self._own_loop and self._done.is_set():
+                self._loop.close()
 
     def _shutdown(self) -> None:
         self._stop.set()
         self._dispatcher.wake()
-        if self._thread.ident is None or self._thread is threading.current_thread():
+        self._loop.wake()
+        if not self._started or self._loop.thread is threading.current_thread():
             return
-        self._blocking.interrupt(self._thread)
-        self._thread.join()
+        self._done.wait()
+        if self._own_loop:
+            self._loop.close()
 
-    # --- the thread ------------------------------------------------------------------------------
+    # --- the loop's calls -----------------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = self._backoff
+    def step(self) -> float:
+        """One step on the reading loop: a takeover, a look at its barrier, or a read and its
+        delivery. Returns the seconds until the next step is due; sets :attr:`wake_after`."""
+        self.wake_after = None
         try:
-            while not self._stop.is_set():
-                try:
-                    commit = self._commit
-                    if commit is not None and commit.barrier.done:
-                        self._commit_takeover(commit)  # a retry: the handlers are done already
-                    elif self._tracker is None:
-                        self._takeover()
-                    else:
-                        self._step()
-                except OwnershipLostError as lost:
-                    self._on_lost(lost)
-                    return
-                except DispatcherClosedError as err:
-                    self._error = err
-                    log.error("shard %s: the dispatcher was stopped; the worker ends", self.name)
-                    return
-                except redis.RedisError as err:
-                    self._failed(err, unexpected=False)
-                    self._stop.wait(backoff.next_delay())
-                except Exception as err:
-                    self._failed(err, unexpected=True)
-                    self._stop.wait(backoff.next_delay())
-                else:
-                    if self._error is not None:
-                        self._error = None
-                        backoff.reset()
-            self._finish()
+            commit = self._commit
+            if commit is not None:
+                if not commit.barrier.done:
+                    return _BARRIER_POLL
+                self._commit_takeover(commit)
+                release_free_heap()  # the snapshot reply's buffers, freed between the entries
+                delay = 0.0
+            elif self._tracker is None:
+                self._takeover()
+                delay = 0.0
+            else:
+                delay = self._step()
+        except OwnershipLostError as lost:
+            self._on_lost(lost)
+            return 0.0
+        except DispatcherClosedError as err:
+            self._error = err
+            self._abandoned = True
+            self._stop.set()
+            log.error("shard %s: the dispatcher was stopped; the worker ends", self.name)
+            return 0.0
+        except redis.RedisError as err:
+            self._failed(err, unexpected=False)
+            return self._backoff.next_delay()
+        except Exception as err:
+            self._failed(err, unexpected=True)
+            return self._backoff.next_delay()
+        if self._error is not None:
+            self._error = None
+            self._backoff.reset()
+        return delay
+
+    def finish(self) -> None:
+        """The loop's last call: :meth:`_finish` unless the worker was fenced off."""
+        try:
+            if not self._abandoned:
+                self._finish()
         except BaseException as err:  # recorded, never silent
             self._error = err
-            log.exception("shard worker %s crashed", self.name)
-            raise
+            log.exception("shard worker %s crashed while stopping", self.name)
         finally:
             if self._moves is not None:
                 self._moves.stopped(self.shard)
-            self._blocking.close()
             self._metrics.forget_shard(self.resource, self.shard)
+            self._done.set()
 
     def _failed(self, err: Exception, *, unexpected: bool) -> None:
         self._error = err
@@ -328,6 +357,7 @@ class ShardWorker:
         # notifications. The next owner may be calling handlers for the shard already, and the
         # ownership thread (which would set it through stop()) may be busy for a while yet.
         self._stop.set()
+        self._abandoned = True
         self._dispatcher.wake()
         self._stream.stop_acknowledging()
         self._error = lost
@@ -380,19 +410,12 @@ class ShardWorker:
         self._m.takeovers.inc()
         self._tracker = None
         self._commit = None
-        self._dead = {}
-        self._unsent_acks = []
-        self._held.clear()
-        self._replay = False
-        commit = self._takeovers.deliver(self._store, self._dispatcher, self._stop, self._on_synced)
-        if commit is None:
-            return
-        self._commit = commit
-        while not commit.barrier.wait(0.1):
-            if self._stop.is_set():
-                return  # _finish commits if the barrier completes within the grace period
-        self._commit_takeover(commit)
-        release_free_heap()  # the snapshot reply's buffers, freed between the cached entries
+        self._cursor.reset()
+        # The loop's next steps look at the barrier and commit once every handler passed it;
+        # a stop meanwhile leaves that to _finish (within the grace period).
+        self._commit = self._takeovers.deliver(
+            self._store, self._dispatcher, self._stop, self._on_synced
+        )
 
     def _on_synced(self, _token: AckToken) -> None:
         if not self._synced.is_set():
@@ -408,49 +431,33 @@ class ShardWorker:
         self._stream.acknowledge(commit.dead, [], setid=commit.last_id, entries_read=entries_read)
         self._commit = None
         self._tracker = AckTracker()
-        self._last_id = commit.last_id
-        self._replay = False
+        self._cursor.start_at(commit.last_id)
 
     # --- consumption -----------------------------------------------------------------------------
 
-    def _step(self) -> None:
+    def _step(self) -> float:
         tracker = self._tracker
         assert tracker is not None
-        acks = self._unsent_acks + tracker.completed_prefix()
-        if self._dead and any(entry_id in self._dead for entry_id in acks):
-            self._unsent_acks = acks  # dead letters are parked by the acknowledging script
-            self._flush_acks(tracker)
-            acks = []
-        entries = self._read(acks)  # the read acknowledges ``acks`` first
+        cursor = self._cursor
+        entries = cursor.read(tracker.completed_prefix())
         if entries:
             self._apply(tracker, entries)
             self._m.store_size.set(len(self._store))
             self._refresh_lag()
             if len(entries) >= self._count:
-                return
-        elif self._replay:
-            self._replay = False  # our pending list is caught up: back to new entries
-            return
+                return 0.0
+        elif cursor.replay:
+            cursor.replay = False  # our pending list is caught up: back to new entries
+            return 0.0
         else:
             # Caught up: nothing undelivered, so the lag is what is still in flight. Known
             # here without asking Redis, which an idle shard would otherwise do every second.
             self._m.lag_seconds.set(0)
-            self._m.lag_entries.set(tracker.outstanding + len(self._unsent_acks))
-        self._wait_for_entries(tracker)
-
-    def _read(self, acks: list[str]) -> list[Any]:
-        """The next entries, after acknowledging ``acks`` in the same fenced script (kept in
-        ``_unsent_acks`` until Redis confirmed: XACK is idempotent, a retry resends them)."""
-        start = self._last_id if self._replay else ">"
-        self._unsent_acks = acks
-        try:
-            entries = self._stream.read(self._count, start, acks, self._held.of(acks))
-        except redis.RedisError:
-            self._replay = True  # the read may have happened: replay our pending entries
-            raise
-        self._unsent_acks = []
-        self._held.forget(acks)
-        return entries
+            self._m.lag_entries.set(tracker.outstanding + len(cursor.unsent))
+        # Idle until the stream has entries after ours (a short while when handlers still hold
+        # entries, so their acknowledgements go out promptly).
+        self.wake_after = cursor.last_id
+        return _ACK_POLL if tracker.outstanding else self._block_ms / 1000
 
     def _apply(self, tracker: AckTracker, entries: Sequence[Any]) -> None:
         """Apply a batch in stream order; returns early when stopping."""
@@ -473,6 +480,7 @@ class ShardWorker:
     ) -> None:
         forwarder, stop = self._forwarder, self._stop
         forwarder.pending.clear()  # left over only by a batch that failed half-way
+        self._keyed = self._keys_suffice and indexed_from_headers(self._store)
         # Each entry's own hold is released once its notifications are queued (after the
         # batch): a token must not complete before every handler holds it.
         queued: list[AckToken] = []
@@ -482,7 +490,7 @@ class ShardWorker:
             if stop.is_set():
                 return  # stopping: nothing of this batch is delivered, its entries stay pending
             entry_id = as_text(raw_id)
-            self._last_id = entry_id
+            self._cursor.last_id = entry_id
             routing = self._route(entry_id, fields, tracker)
             if routing is None:
                 passed = entry_id
@@ -499,7 +507,8 @@ class ShardWorker:
                 if not self._hand_over(queued, passed):
                     return
                 queued = []
-                if not self._moves.wait_applied(move.from_shard, move.from_id, stop):
+                pump = _pump_for(self)
+                if not self._moves.wait_applied(move.from_shard, move.from_id, stop, pump):
                     return
             token = tracker.register(entry_id)
             forwarder.token = token
@@ -531,26 +540,10 @@ class ShardWorker:
         """What the entry means for this group, and the bytes a store that keeps entries
         keeps of it; ``None`` for a poison entry (parked). Without a view the entry is decoded
         whole, as it is always kept."""
-        max_bytes, view = self._max_bytes, self._view
         try:
-            if type(fields) is list and len(fields) == 2 and fields[0] == FIELD:
-                data = fields[1]  # the usual layout
-                envelope = None if view is not None else decode_envelope(data, max_bytes)
-            else:
-                envelope = envelope_from_fields(as_mapping(fields), max_bytes)
-                data = payload_of(fields)
-            if view is not None:
-                routed = view.route(data, self._store, max_bytes)
-            else:
-                assert envelope is not None
-                routed = Routed(
-                    envelope.to_delta(),
-                    envelope.key,
-                    envelope.type,
-                    envelope.observed_at,
-                    True,
-                    envelope.move,
-                )
+            routed, data = route_entry(
+                fields, self._view, self._store, self._max_bytes, self._keyed
+            )
         except WireDecodeError as err:
             self._park(tracker, entry_id, str(err), raw_of(as_mapping(fields)))
             return None
@@ -561,41 +554,28 @@ class ShardWorker:
     ) -> bool:
         """Apply one entry's delta to the store and collect its notifications; ``False`` when
         the store refused it (an index function failed): the entry is parked instead."""
-        forwarder = self._forwarder
         try:
-            process_deltas(forwarder, self._store, (delta,), False, key, packed=packed)
+            apply_entry(
+                entry_id, delta, key, packed, store=self._store, collector=self._forwarder,
+                held=self._cursor.held, view=self._view, keyed=self._keyed,
+            )  # fmt: skip
         except Exception as err:
             reason = f"apply: {type(err).__name__}: {err}"
             log.warning(
                 "%s: entry %s cannot be applied, parking it: %s", self.name, entry_id, reason
             )
-            self._dead[entry_id] = DeadLetter.of(entry_id, reason, payload_of(fields))
+            self._cursor.park(entry_id, DeadLetter.of(entry_id, reason, payload_of(fields)))
             return False
-        # An add or a deletion changes what the handlers hold: recorded with the entry's ack.
-        notification = forwarder.pending[-1][0]
-        if type(notification) is AddNotification:
-            self._held.record(entry_id, key, held_state(notification.obj, self._view))
-        elif type(notification) is DeleteNotification:
-            self._held.record(entry_id, key, None)
         return True
 
     def _park(self, tracker: AckTracker, entry_id: str, reason: str, raw: Any) -> None:
         """Dead-letter an entry: it is parked and acknowledged in order, with the others."""
         log.warning("%s: entry %s is poison, parking it: %s", self.name, entry_id, reason)
-        self._dead[entry_id] = DeadLetter.of(entry_id, reason, raw)
+        self._cursor.park(entry_id, DeadLetter.of(entry_id, reason, raw))
         tracker.register(entry_id).release()
 
     def _flush_acks(self, tracker: AckTracker) -> None:
-        ids = self._unsent_acks + tracker.completed_prefix()
-        if not ids:
-            return
-        dead = [self._dead[i] for i in ids if i in self._dead] if self._dead else []
-        self._unsent_acks = ids
-        self._stream.acknowledge(dead, ids, held=self._held.of(ids))
-        self._unsent_acks = []
-        self._held.forget(ids)
-        for entry_id in ids:
-            self._dead.pop(entry_id, None)
+        self._cursor.flush(tracker.completed_prefix())
 
     def _refresh_lag(self) -> None:
         now = time.monotonic()
@@ -606,10 +586,15 @@ class ShardWorker:
         if lag is not None:
             self._m.lag_entries.set(lag)
 
-    def _wait_for_entries(self, tracker: AckTracker) -> None:
-        """Block until the stream has entries after ours (or a short while when handlers
-        still hold entries, so their acknowledgements go out promptly)."""
-        block_ms = self._block_ms
-        if tracker.outstanding:
-            block_ms = min(block_ms, _ACK_POLL_MS)
-        self._blocking.wait(self._last_id, block_ms)
+
+def _pump_for(worker: ShardWorker) -> Callable[[], None]:
+    """What a move's wait calls to step the loop's other shards, holding ``worker`` weakly: the
+    takeover keeps it, and a cycle would keep a stopped worker's store until a full collection."""
+    ref = weakref.ref(worker)
+
+    def pump() -> None:
+        current = ref()
+        if current is not None:
+            current._loop.pump(current)
+
+    return pump

@@ -149,8 +149,10 @@ class Takeover:
         name: str,
         view: GroupView | None = None,
         moves: MoveGate | None = None,
+        pump: Callable[[], None] | None = None,
     ) -> None:
         self._fence, self._client, self._keys = fence, fence.client, fence.keys
+        self._pump = pump  # steps the reading loop's other shards while a move waits on them
         self._max_bytes = max_entry_bytes
         self._view = view
         self._moves = moves
@@ -206,7 +208,8 @@ class Takeover:
             # Every outgoing half up to L is applied here now (or was before this takeover).
             moves.advance(shard, view.last_id)
             for field in contested:
-                if not moves.wait_released(field.decode(errors="replace"), shard, cancel):
+                key = field.decode(errors="replace")
+                if not moves.wait_released(key, shard, cancel, self._pump):
                     return None
             loaded += self._load_snapshot(store, contested, dead, replace=False)
         self._m.store_size.set(len(store))

@@ -311,3 +311,10 @@ def test_the_one_rule_for_what_a_missing_resource_is_likely_a_slip_of(
     wanted: str, known: list[str], meant: list[str]
 ) -> None:
     assert likely_meant(wanted, known) == meant
+
+
+@pytest.mark.parametrize("linger", [-1, 1001])
+def test_a_read_linger_outside_0_to_1000_ms_is_one_line_error(linger: int) -> None:
+    with pytest.raises(SettingsError, match=r"^read_linger_ms must be between 0 and 1000, got"):
+        settings_of(ProcessorSettings, read_linger_ms=linger)
+    assert settings_of(ProcessorSettings, read_linger_ms=0).read_linger_ms == 0

@@ -176,7 +176,7 @@ def test_the_new_shard_applies_the_incoming_half_only_after_the_old_one_let_go(
         wait_until(lambda: lister.get_by_key("shop/blocker2") is not None, 10)
         shards.move("shop/c", 0, 1, configmap("c", 13, owner="w2"))
         # Shard 1 reads the incoming half; shard 0 cannot read the outgoing half yet.
-        wait_until(lambda: running[1]._last_id != "0-0", 10)
+        wait_until(lambda: running[1]._cursor.last_id != "0-0", 10)
         for _ in range(20):
             assert lister.get_by_key("shop/c") is not None  # still shard 0's copy ...
             assert running[1]._store.get_by_key("shop/c") is None  # ... and only that one

@@ -310,7 +310,7 @@ def test_a_stopped_worker_is_freed_without_waiting_for_a_full_garbage_collection
     try:
         with shard.running(("rec", Recorder()), block_ms=100) as (worker, store, dispatcher):
             assert worker.wait_for_sync(5)
-            wait_until(lambda w=worker: w._blocking.connected, what="a blocking read")
+            wait_until(lambda w=worker: w._loop._wait.connected, what="a blocking read")
             freed = weakref.ref(worker)
         worker.join(5)
         del worker, store, dispatcher
