@@ -32,6 +32,7 @@ PUBLIC = [
     "InvalidKeyError",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "KeyEventHandler",
     "Lister",
     "MaxOfRateLimiter",
     "Obj",
