@@ -106,7 +106,7 @@ def make_object(
     if now is None:
         now = time.time()
     if resource is PODS:
-        return make_pod(rng, index, namespace, nodes, now=now, fresh=fresh)
+        return _pod(rng, index, namespace, nodes, now=now, fresh=fresh)
     created = wall_timestamp(now if fresh else now - _age(resource, index))
     meta: dict[str, Any] = {
         "name": "",
@@ -212,18 +212,10 @@ def _age(resource: ResourceType, index: int) -> float:
     return _spread(index)
 
 
-def make_pod(
-    rng: random.Random,
-    index: int,
-    namespace: str,
-    nodes: int = 50,
-    *,
-    now: float | None = None,
-    fresh: bool = False,
+def _pod(
+    rng: random.Random, index: int, namespace: str, nodes: int, *, now: float, fresh: bool
 ) -> dict[str, Any]:
     """A Deployment-owned, scheduled pod with kubelet status (see :func:`make_object`)."""
-    if now is None:
-        now = time.time()
     born = now if fresh else now - _spread(index)
     app = rng.choice(_APPS)
     template_hash = _word(rng, 10)

@@ -258,12 +258,29 @@ class ClusterState:
         return stored
 
     def _append(self, coll: Collection, stored: StoredObject) -> None:
-        """Make ``stored`` history: its key's newest revision and the log's newest event."""
+        """Make ``stored`` history: its key's newest revision and the log's newest event, and
+        wake the watches."""
         coll.record(stored)
         self._log.append(stored)
         self._next_seq += 1
         if self._next_seq - self._head_seq > self.history_max_events:
             self._compact_bounded()
+        self.changed.notify_all()
+
+    def _replace(self, coll: Collection, key: str, stored: StoredObject) -> StoredObject:
+        """Make ``stored`` the current object at ``key``, and history; called under the lock."""
+        coll.current[key] = stored
+        self._append(coll, stored)
+        return stored
+
+    def _existing(self, resource: ResourceType, key: str) -> tuple[Collection, StoredObject]:
+        """The collection of ``resource`` and its object at ``key`` (404 when there is none);
+        called under the lock."""
+        coll = self._collections[resource]
+        old = coll.current.get(key)
+        if old is None:
+            raise _not_found(resource, key)
+        return coll, old
 
     def create(
         self, resource: ResourceType, obj: dict[str, Any], *, silent: bool = False
@@ -278,7 +295,6 @@ class ClusterState:
             coll.current[key] = stored
             coll.adjust(stored.namespace, 1)
             self._append(coll, stored)
-            self.changed.notify_all()
         return stored
 
     def create_many(
@@ -334,18 +350,12 @@ class ClusterState:
         resourceVersion, no event) and the stored one is returned, as etcd's guaranteed
         update skips a write of identical bytes."""
         with self._lock:
-            coll = self._collections[resource]
-            old = coll.current.get(key)
-            if old is None:
-                raise _not_found(resource, key)
+            coll, old = self._existing(resource, key)
             new = mutate(old.decode())
             if new is None:
                 return old
             stored = self._store(resource, key, new, "MODIFIED", prev=old, silent=silent)
-            coll.current[key] = stored
-            self._append(coll, stored)
-            self.changed.notify_all()
-        return stored
+            return self._replace(coll, key, stored)
 
     def update_parts(
         self,
@@ -361,10 +371,7 @@ class ClusterState:
         ``status``, if given, the decoded status (only when the object has a status object).
         Only those bytes are decoded and re-encoded; renaming is refused (``ValueError``)."""
         with self._lock:
-            coll = self._collections[resource]
-            old = coll.current.get(key)
-            if old is None:
-                raise _not_found(resource, key)
+            coll, old = self._existing(resource, key)
             meta = old.decode_metadata()
             metadata(meta)
             new_status: Any = KEEP
@@ -374,10 +381,7 @@ class ClusterState:
                     status(decoded)
                     new_status = decoded
             stored = self._restore(old, meta, new_status, "MODIFIED", silent)
-            coll.current[key] = stored
-            self._append(coll, stored)
-            self.changed.notify_all()
-        return stored
+            return self._replace(coll, key, stored)
 
     def delete(
         self,
@@ -392,10 +396,7 @@ class ClusterState:
         ``check`` sees the object's metadata (for preconditions) and may raise an ``ApiError``.
         """
         with self._lock:
-            coll = self._collections[resource]
-            old = coll.current.get(key)
-            if old is None:
-                raise _not_found(resource, key)
+            coll, old = self._existing(resource, key)
             metadata = old.decode_metadata()
             if check is not None:
                 check(metadata)
@@ -403,7 +404,6 @@ class ClusterState:
             del coll.current[key]
             coll.adjust(old.namespace, -1)
             self._append(coll, stored)
-            self.changed.notify_all()
         return stored
 
     # ------------------------------------------------------------------ compaction

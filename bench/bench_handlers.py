@@ -24,6 +24,7 @@ is all a burst needs (:meth:`processor_group.Group.last_update`).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import struct
@@ -35,7 +36,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 
 __all__ = [
     "DIR_ENV",
@@ -44,6 +45,8 @@ __all__ = [
     "KeyOnly",
     "Null",
     "Reporting",
+    "SlowAsync",
+    "SlowSync",
     "Trivial",
     "Update",
     "handler_clock_ns",
@@ -176,7 +179,7 @@ class Trivial(Reporting):
 class KeyOnly(Reporting):
     """Counts every call and takes the object's key, nothing else of it (issue 35: what the
     processor itself costs when a handler reads nothing of the objects it is given; ``old`` is
-    never touched, and of ``new`` only what :func:`common.keys.meta_namespace_key` reads).
+    never touched, and of ``new`` only what :func:`common.object_keys.meta_namespace_key` reads).
 
     With no commit stamp it reports no latency: its stats carry ``last_update_ns``, the clock
     of its latest ``on_update``, for a burst's end."""
@@ -235,6 +238,34 @@ class IoBound(Trivial):
     list do not wait: the bench measures the watch events, not a 200-second initial sync."""
 
     delay = 0.002
+
+
+class SlowSync(Trivial):
+    """:class:`Trivial` plus 50 ms of blocking I/O (``time.sleep``) per live event: a sync
+    handler, called one event at a time (bench/async_handlers.py)."""
+
+    delay = 0.05
+
+
+class SlowAsync(Trivial):
+    """:class:`SlowSync`'s 50 ms awaited (``asyncio.sleep``): an async handler, whose calls
+    overlap on the processor's event loop up to ``--max-concurrent-reconciles``."""
+
+    delay = 0.0  # the sync methods below do the counting and recording, and do not wait
+    wait = 0.05
+
+    async def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        Trivial.on_add(self, obj, is_in_initial_list)
+        if not is_in_initial_list:
+            await asyncio.sleep(self.wait)
+
+    async def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        Trivial.on_update(self, old, new)
+        await asyncio.sleep(self.wait)
+
+    async def on_delete(self, obj: Any) -> None:
+        Trivial.on_delete(self, obj)
+        await asyncio.sleep(self.wait)
 
 
 def records_updates(spec: str) -> bool:

@@ -30,7 +30,7 @@ from pods import sample_pod
 
 from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
-from common.keys import Obj, meta_namespace_key
+from common.object_keys import Obj, meta_namespace_key
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC, DeltaEnvelope, decode_envelope, encode_envelope
 from common.workqueue import Queue

@@ -36,7 +36,7 @@ import redis
 from pods import sample_pod
 
 from common.deltas import DeltaType
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for
 from common.wire import FIELD, DeltaEnvelope, encode_envelope

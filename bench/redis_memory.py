@@ -52,7 +52,7 @@ from publisher import redis_url as private_redis_url
 from reporting import machine
 
 from common.deltas import Delta, DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.wire import DeltaEnvelope, encode_envelope
 from reflector_svc.publish_records import PendingDelta

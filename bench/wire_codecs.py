@@ -1,7 +1,7 @@
 """Measure candidate wire codecs for stream entries on a realistic 3.5 KB Pod.
 
-Not a test: a script whose numbers chose the format in ``common/wire.py`` (its docstring quotes
-them). Run it from the repository root::
+Not a test: a script whose numbers chose the format in ``common/wire/`` (docs/performance.md,
+"The wire envelope", quotes them). Run it from the repository root::
 
     .venv/bin/python bench/wire_codecs.py
 

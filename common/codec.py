@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from common.keys import Obj
+from common.object_keys import Obj
 
 __all__ = ["Codec", "as_is", "exact_bytes"]
 

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from common.codec import Codec, exact_bytes
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.store import Indexer, IndexFunc, IndexFuncError, KeyFunc, _MaintainedIndex
 
 __all__ = ["JSON_CODEC", "CompactIndexer"]

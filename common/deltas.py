@@ -26,16 +26,15 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.versions import compare_resource_versions, is_integer_version, resource_version
 
 __all__ = [
     "Delta",
     "DeltaType",
     "KeyedDelta",
-    "compare_resource_versions",
     "publish_is_skipped",
     "relist_diff",
-    "resource_version",
 ]
 
 
@@ -63,37 +62,6 @@ KeyedDelta = tuple[str, Delta]
 KeyFunc = Callable[[Obj | DeletedFinalStateUnknown], str]
 
 
-def resource_version(obj: Obj) -> str:
-    """``metadata.resourceVersion``, or ``""`` when the object carries none."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict):
-        version = metadata.get("resourceVersion")
-        if isinstance(version, str):
-            return version
-    return ""
-
-
-def compare_resource_versions(a: str, b: str) -> int | None:
-    """-1, 0 or 1 as ``a`` is older than, equal to or newer than ``b``; ``None`` when unknown.
-
-    Kubernetes calls resourceVersions opaque, but every etcd-backed apiserver issues increasing
-    integers (etcd revisions). We compare them only to recognise what is already known, never
-    to order events, and treat anything that is not a plain (ASCII) integer as incomparable,
-    exactly as the publish script does: ``"007"`` and ``"7"`` are the same version.
-    """
-    if a == b:
-        return 0
-    if not (_is_decimal(a) and _is_decimal(b)):
-        return None
-    x, y = int(a), int(b)
-    return 0 if x == y else -1 if x < y else 1
-
-
-def _is_decimal(text: str) -> bool:
-    """An unsigned decimal integer in ASCII digits (``str.isdigit`` also takes ``"²"``)."""
-    return text.isascii() and text.isdigit()
-
-
 def publish_is_skipped(
     delta_type: DeltaType, rv: str, known: str | None, *, replay_below: str | None = None
 ) -> bool:
@@ -111,8 +79,8 @@ def publish_is_skipped(
     if (
         not deletion
         and replay_below is not None
-        and _is_decimal(rv)
-        and _is_decimal(replay_below)
+        and is_integer_version(rv)
+        and is_integer_version(replay_below)
         and int(rv) <= int(replay_below)
     ):
         return True

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 
 __all__ = [
     "DeltaTarget",
@@ -32,8 +32,8 @@ class ResourceEventHandler(Protocol):
     methods when it is loaded, not when its first event arrives.
 
     ``on_delete`` receives either the object's final state or a
-    :class:`~common.keys.DeletedFinalStateUnknown` when the deletion was inferred from a relist
-    (its ``obj`` may be stale or ``None``): handle both.
+    :class:`~common.object_keys.DeletedFinalStateUnknown` when the deletion was inferred from a
+    relist (its ``obj`` may be stale or ``None``): handle both.
     """
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None: ...

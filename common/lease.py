@@ -49,7 +49,8 @@ from typing import Any, Final, Protocol
 import redis
 from redis.retry import Retry
 
-from common.redis_layout import lease_scripts
+from common.redis_layout import lease_scripts, script_runner
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
 
 __all__ = [
@@ -184,10 +185,6 @@ def _lookup_seconds(client: redis.Redis) -> float:
     return float(each * len(manager.sentinels))
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class RedisLease:
     """A lease on ``key`` with fencing epochs from ``epoch_key``; see the module docstring.
 
@@ -260,15 +257,11 @@ class RedisLease:
         self.duration: Final = float(duration)
         """Seconds the lease lives after each acquire or renewal."""
         self._duration_ms = max(1, round(duration * 1000))
-        self._acquire = client.register_script(lease_scripts.ACQUIRE_OR_RENEW)
-        self._release = client.register_script(lease_scripts.RELEASE)
-        self._renew = client.register_script(lease_scripts.RENEW)
         # The epoch of our last successful acquire or renewal until we give the lease up: a
         # renewal that finds the lease gone (lapsed, or Redis lost it) gets a higher one.
         self._held_epoch = 0
         # The epoch enough replicas confirmed (with a ReplicaWait): renewals of it need no WAIT.
         self._confirmed_epoch = 0
-        self._read = client.register_script(lease_scripts.READ)
 
     def try_acquire_or_renew(self) -> LeaseStatus:
         """Acquire the lease if free or expired, renew it if ours, else report who holds it.
@@ -280,9 +273,11 @@ class RedisLease:
         :class:`~common.replica_wait.ReplicationShortfallError` (a ``redis.RedisError``) and
         the caller does not act as the holder; its next attempt renews and confirms again.
         """
-        held, epoch, holder, ttl_ms = self._acquire(
-            keys=[self.key, self.epoch_key],
-            args=[self.holder, self._duration_ms, self._held_epoch],
+        held, epoch, holder, ttl_ms = script_runner.run(
+            self._client,
+            lease_scripts.ACQUIRE_OR_RENEW,
+            [self.key, self.epoch_key],
+            [self.holder, self._duration_ms, self._held_epoch],
         )
         self._held_epoch = int(epoch) if held else 0
         if held and self._wait.enabled and int(epoch) != self._confirmed_epoch:
@@ -290,7 +285,7 @@ class RedisLease:
         return LeaseStatus(
             held=bool(held),
             epoch=int(epoch),
-            holder=_text(holder),
+            holder=as_text(holder),
             ttl=math.inf if int(ttl_ms) < 0 else int(ttl_ms) / 1000,
         )
 
@@ -298,8 +293,12 @@ class RedisLease:
         """Renew our lease of ``epoch`` and ``WAIT`` for the replicas, in one pipeline (a write
         on the WAIT's own connection: the acquisition is before it in the replication stream,
         so replicas that confirm the renewal have the acquisition)."""
-        reply, waited = self._wait.eval(
-            self._client, self._renew, [self.key], [self.holder, self._duration_ms, epoch]
+        reply, waited = script_runner.run_then_wait(
+            self._client,
+            lease_scripts.RENEW,
+            [self.key],
+            [self.holder, self._duration_ms, epoch],
+            self._wait,
         )
         if not reply[0]:
             return  # lost again already: the next call reports it
@@ -315,12 +314,12 @@ class RedisLease:
         then acquires. An acquisition after a failed renewal still gets an epoch above
         ``epoch``, even if Redis lost the epoch counter.
         """
-        held, current, holder, ttl_ms = self._renew(
-            keys=[self.key], args=[self.holder, self._duration_ms, epoch]
+        held, current, holder, ttl_ms = script_runner.run(
+            self._client, lease_scripts.RENEW, [self.key], [self.holder, self._duration_ms, epoch]
         )
         if held:
             self._held_epoch = int(current)
-        name = _text(holder) or None
+        name = as_text(holder) or None
         return LeaseStatus(
             held=bool(held),
             epoch=int(current),
@@ -337,14 +336,20 @@ class RedisLease:
         self._held_epoch = 0
         self._confirmed_epoch = 0
         if not self._wait.enabled:
-            return bool(self._release(keys=[self.key], args=[self.holder]))
-        released, _ = self._wait.eval(self._client, self._release, [self.key], [self.holder])
+            return bool(
+                script_runner.run(self._client, lease_scripts.RELEASE, [self.key], [self.holder])
+            )
+        released, _ = script_runner.run_then_wait(
+            self._client, lease_scripts.RELEASE, [self.key], [self.holder], self._wait
+        )
         return bool(released)
 
     def holder_and_epoch(self) -> tuple[str | None, int]:
         """Who holds the lease (``None``: nobody) and its epoch, or the last epoch issued."""
-        holder, epoch = self._read(keys=[self.key, self.epoch_key])
-        name = _text(holder)
+        holder, epoch = script_runner.run(
+            self._client, lease_scripts.READ, [self.key, self.epoch_key]
+        )
+        name = as_text(holder)
         return (name or None), int(epoch)
 
     def __repr__(self) -> str:

@@ -20,21 +20,22 @@ from typing import Any
 
 import redis
 
-from common.redis_conversation import Commands, Conversation, call, converse
+from common.redis_conversation import Commands, Conversation, Recorder, converse
 from common.redis_layout import (
-    CHECKPOINT_SYNCED_RV,
     LAYOUT_API_VERSION,
     LAYOUT_KIND,
     LAYOUT_NAMESPACED,
     LAYOUT_SHARD_COUNT,
     LAYOUT_SHARD_KEY,
-    LEASE_HOLDER,
     ResourceKeys,
     ShardKeys,
     resources_key,
 )
+from common.redis_layout.checkpoint import is_listed, queue_listed
+from common.redis_layout.lease_reads import decode_holder, queue_holder
+from common.redis_replies import as_text
 from common.resource_ids import likely_meant, word_forms
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 __all__ = [
     "Publication",
@@ -83,7 +84,7 @@ class ResourceLayout:
     def from_fields(cls, fields: Mapping[bytes | str, bytes | str]) -> ResourceLayout | None:
         """The layout a hash holds; ``None`` when it holds none (a reflector from before
         layouts); ``ValueError`` (one line) when what it holds is unusable."""
-        text = {_text(name): _text(value) for name, value in fields.items()}
+        text = {as_text(name): as_text(value) for name, value in fields.items()}
         if not text:
             return None
         try:
@@ -130,23 +131,17 @@ def published_alternatives_conversation(*, prefix: str, resource: str) -> Conver
     """:func:`published_alternatives` as a conversation (for a blocking or an asyncio client)."""
     try:
         (listed,) = yield Commands.one("hgetall", resources_key(prefix))
-        known = [_text(name) for name in listed] + word_forms(resource)
+        known = [as_text(name) for name in listed] + word_forms(resource)
         candidates = likely_meant(resource, known)
         if not candidates:
             return []
-        listed_rvs = yield Commands(
-            tuple(
-                call("hget", ShardKeys(prefix, candidate, 0).checkpoint, CHECKPOINT_SYNCED_RV)
-                for candidate in candidates
-            )
-        )
+        pipe = Recorder()
+        for candidate in candidates:
+            queue_listed(pipe, ShardKeys(prefix, candidate, 0))
+        listed_rvs = yield pipe.commands()
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
-    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if rv is not None]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return [name for name, rv in zip(candidates, listed_rvs, strict=True) if is_listed(rv)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,17 +192,16 @@ def publication_conversation(
 ) -> Conversation[Publication]:
     """:func:`read_publication` as a conversation (for a blocking or an asyncio client)."""
     keys = ResourceKeys(prefix, resource)
-    reads = [call("hget", keys.leader, LEASE_HOLDER), call("hgetall", keys.layout)]
-    # one more shard: is the reflector's shard count larger?
-    reads += [
-        call("hget", keys.shard(shard).checkpoint, CHECKPOINT_SYNCED_RV)
-        for shard in range(shard_count + 1)
-    ]
-    leader, layout, *listed, beyond = yield Commands(tuple(reads))
+    pipe = Recorder()
+    queue_holder(pipe, keys.leader)
+    pipe.hgetall(keys.layout)
+    for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
+        queue_listed(pipe, keys.shard(shard))
+    leader, layout, *listed, beyond = yield pipe.commands()
     return Publication(
         shard_count=shard_count,
-        listed_shards=tuple(shard for shard, rv in enumerate(listed) if rv is not None),
-        leader=leader is not None,
-        listed_beyond=beyond is not None,
+        listed_shards=tuple(shard for shard, rv in enumerate(listed) if is_listed(rv)),
+        leader=decode_holder(leader) is not None,
+        listed_beyond=is_listed(beyond),
         layout=ResourceLayout.from_fields(layout),
     )

@@ -20,11 +20,14 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from common.redis_replies import as_text
+
 __all__ = [
     "Call",
     "Commands",
     "Conversation",
     "Pause",
+    "Recorder",
     "Scan",
     "call",
     "converse",
@@ -63,6 +66,25 @@ class Commands:
         return cls((Call(method, args, kwargs),), alone=True)
 
 
+class Recorder:
+    """Stands in for a pipeline: the calls made on it are recorded, not sent, so a helper
+    written for redis-py's pipelines (``queue_listed(pipe, keys)``) adds its commands to a
+    conversation's :class:`Commands` (:meth:`commands`) as well."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+
+    def __getattr__(self, method: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Recorder:
+            self.calls.append(Call(method, args, kwargs))
+            return self
+
+        return record
+
+    def commands(self, *, transaction: bool = False, raise_on_error: bool = True) -> Commands:
+        return Commands(tuple(self.calls), transaction=transaction, raise_on_error=raise_on_error)
+
+
 @dataclass(frozen=True, slots=True)
 class Pause:
     """Wait ``seconds`` (a poll interval); the reply is ``None``."""
@@ -85,16 +107,12 @@ Conversation = Generator[Step, Any, T]
 """Yields steps, is sent each step's reply (or thrown the step's exception), returns ``T``."""
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _run_blocking(client: Any, step: Step) -> Any:
     if isinstance(step, Pause):
         time.sleep(step.seconds)
         return None
     if isinstance(step, Scan):
-        return [_text(key) for key in client.scan_iter(match=step.pattern, count=step.count)]
+        return [as_text(key) for key in client.scan_iter(match=step.pattern, count=step.count)]
     if step.alone:
         (only,) = step.calls
         return [getattr(client, only.method)(*only.args, **only.kwargs)]
@@ -137,7 +155,7 @@ def _retrieve(done: asyncio.Future[Any]) -> None:
 async def _send_async(client: Any, step: Commands | Scan) -> Any:
     if isinstance(step, Scan):
         scan = client.scan_iter(match=step.pattern, count=step.count)
-        return [_text(key) async for key in scan]
+        return [as_text(key) async for key in scan]
     if step.alone:
         (only,) = step.calls
         return [await getattr(client, only.method)(*only.args, **only.kwargs)]

@@ -11,7 +11,8 @@ is, leases because the holder renews its own lease).
 ``WAIT`` counts the replicas that acknowledged *this connection's* last write, so the write and
 its ``WAIT`` must share a connection: they go out as one pipeline on one connection (which also
 saves the round trip), never as two calls a connection pool may give two connections. On Redis
-Cluster the pipeline goes to the primary serving the keys (:func:`common.redis_config.node_client`):
+Cluster the pipeline goes to the primary serving the keys (:func:`common.redis_config.node_client`,
+through :mod:`common.redis_layout.script_runner`, which runs every script):
 ``WAIT`` names no key a cluster client could route by, and only that node's replicas matter.
 
 With ``replicas`` 0 nothing here sends anything: the callers' paths stay exactly as they were.
@@ -24,10 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
-from common.redis_config import node_client
+from common.redis_layout.script_runner import ScriptText, run_then_wait
 from common.settings import Durability
 
 __all__ = ["NO_WAIT", "ReplicaWait", "ReplicationShortfallError"]
@@ -79,44 +78,14 @@ class ReplicaWait:
     def eval(
         self,
         client: redis.Redis,
-        script: Script,
+        script: ScriptText,
         keys: Sequence[str],
         args: Sequence[Any],
     ) -> tuple[Any, Any]:
-        """Run ``script`` then ``WAIT`` in one pipeline on the node serving ``keys[0]``;
-        ``(script reply, WAIT reply)``. The script's error is raised; the ``WAIT`` reply is left
-        for the caller to :meth:`check` (only it knows whether this write needs confirming).
-        A script Redis lost (restart, failover) is loaded and the pair runs once more."""
-        node = node_client(client, keys[0])
-        for attempt in (1, 2):
-            pipe = node.pipeline(transaction=False)
-            queue: Any = pipe.execute_command  # unannotated in redis-py
-            queue("EVALSHA", script.sha, len(keys), *keys, *args)
-            self.queue(pipe)
-            reply, waited = pipe.execute(raise_on_error=False)
-            if isinstance(reply, NoScriptError) and attempt == 1:
-                script.sha = node.script_load(script.script)
-                continue
-            if isinstance(reply, BaseException):
-                raise reply
-            return reply, waited
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def confirmed(
-        self,
-        client: redis.Redis,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        what: str,
-    ) -> Any:
-        """``script``'s reply: run as always when waiting for nobody, else with its ``WAIT``
-        checked (:class:`ReplicationShortfallError` when too few replicas confirmed)."""
-        if not self.enabled:
-            return script(keys=keys, args=args, client=client)
-        reply, waited = self.eval(client, script, keys, args)
-        self.check(waited, what)
-        return reply
+        """Run ``script`` then this ``WAIT`` in one pipeline
+        (:func:`common.redis_layout.script_runner.run_then_wait`); ``(script reply, WAIT
+        reply)``, the latter for :meth:`check`."""
+        return run_then_wait(client, script, keys, args, self)
 
 
 NO_WAIT = ReplicaWait()

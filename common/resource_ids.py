@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
 
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 __all__ = [
     "ID_SYNTAX",

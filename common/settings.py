@@ -31,6 +31,8 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, TypeVar
 
+from common.redis_layout.key_names import DEFAULT_PREFIX
+
 __all__ = [
     "ENV_PREFIX",
     "JITTER_FACTOR",
@@ -353,7 +355,9 @@ class BusSettings:
     redis: RedisConnection = dataclasses.field(
         default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
     )
-    prefix: str = dataclasses.field(default="ib", metadata={"help": "prefix of every Redis key"})
+    prefix: str = dataclasses.field(
+        default=DEFAULT_PREFIX, metadata={"help": "prefix of every Redis key"}
+    )
 
     def __post_init__(self) -> None:
         check_key_prefix(self.prefix)

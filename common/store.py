@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import orjson
 
-from common.keys import (
+from common.object_keys import (
     DeletedFinalStateUnknown,
     Obj,
     deletion_handling_meta_namespace_key,

@@ -14,7 +14,7 @@ from common.handlers import (
     ResourceEventHandlerFuncs,
     process_deltas,
 )
-from common.keys import (
+from common.object_keys import (
     DeletedFinalStateUnknown,
     InvalidKeyError,
     Obj,
@@ -31,7 +31,7 @@ from common.rate_limiters import (
 )
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
-from informer_bus.kube_api import kube_api_client
+from informer_bus.kube_api import kube_api_client, kube_connection
 from informer_bus.subscription import (
     FROM_BEGINNING,
     FROM_NOW,
@@ -42,6 +42,8 @@ from informer_bus.subscription import (
     subscribe,
     subscribe_durable,
 )
+from processor_svc.async_controller import AsyncController
+from processor_svc.async_dispatch import AsyncResourceEventHandler
 from processor_svc.controller import Controller
 from processor_svc.handlers import (
     HandlerContext,
@@ -67,6 +69,8 @@ __version__ = "0.1.0"
 __all__ = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "AsyncController",
+    "AsyncResourceEventHandler",
     "BucketRateLimiter",
     "Controller",
     "DeclarationError",
@@ -106,6 +110,7 @@ __all__ = [
     "default_controller_rate_limiter",
     "generation_changed",
     "kube_api_client",
+    "kube_connection",
     "labels_changed",
     "load_handler",
     "make_workqueue_factory",

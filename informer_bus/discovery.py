@@ -3,13 +3,12 @@ the consumer groups that have keys of their own.
 
 No registry of resources exists in Redis (none is needed by the services), so the tools that
 look at a pipeline from outside (``status``, ``subscribe``) find it from the key names,
-parsed by :mod:`common.redis_layout.keys`. ``SCAN`` is one pass over the keyspace that only
+parsed by :mod:`common.redis_layout.key_names`. ``SCAN`` is one pass over the keyspace that only
 informer-bus keys match; on a Redis Cluster redis-py scans every primary.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import redis
@@ -22,6 +21,7 @@ from common.redis_layout import (
     parse_group_key,
     parse_resource_key,
     parse_shard_key,
+    scan_pattern,
 )
 
 __all__ = [
@@ -31,13 +31,6 @@ __all__ = [
     "discover_shard_count",
     "shard_count_conversation",
 ]
-
-# Redis glob metacharacters, escaped so that a prefix or resource id is matched literally.
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\^])")
-
-
-def _glob_literal(text: str) -> str:
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
 def _names(client: redis.Redis, pattern: str) -> list[str]:
@@ -64,7 +57,7 @@ def discover(client: redis.Redis, prefix: str) -> Discovered:
     """Every resource and every group with informer-bus keys under ``prefix``, in one scan."""
     found = Discovered()
     shards = found.resources
-    for name in _names(client, f"{_glob_literal(prefix)}:{{*}}:*"):
+    for name in _names(client, scan_pattern(prefix)):
         shard = parse_shard_key(prefix, name)
         if shard is not None:
             shards[shard.resource] = max(shards.get(shard.resource, 0), shard.shard + 1)
@@ -102,7 +95,7 @@ def shard_count_conversation(prefix: str, resource: str) -> Conversation[int]:
     """:func:`discover_shard_count` as a conversation (for a blocking or an asyncio client)."""
     ResourceKeys(prefix, resource)  # validates the names (ValueError)
     highest = -1
-    names: list[str] = yield Scan(f"{_glob_literal(prefix)}:{{{_glob_literal(resource)}:*}}:*")
+    names: list[str] = yield Scan(scan_pattern(prefix, resource))
     for name in names:
         shard = parse_shard_key(prefix, name)
         if (

@@ -22,7 +22,15 @@ from processor_svc.handlers import HandlerContext
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.transport import load_api_client
 
-__all__ = ["kube_api_client"]
+__all__ = ["kube_api_client", "kube_connection"]
+
+
+def kube_connection(context: HandlerContext) -> KubeConnection:
+    """The processor's API connection settings as a handler's context carries them (the
+    defaults outside a processor): what a client other than the official one is built from,
+    e.g. ``kubernetes_asyncio``'s (``informer_bus.examples.async_widget_operator``)."""
+    settings = context.settings
+    return settings.kube if isinstance(settings, ProcessorSettings) else KubeConnection()
 
 
 def kube_api_client(source: HandlerContext | KubeConnection | None = None) -> Any:
@@ -31,8 +39,7 @@ def kube_api_client(source: HandlerContext | KubeConnection | None = None) -> An
     ``$KUBECONFIG`` or ``~/.kube/config``). Close it when done (``.close()``). Raises
     ``reflector_svc.api_errors.SourceConfigError`` (one line) when they are unusable."""
     if isinstance(source, HandlerContext):
-        settings = source.settings
-        kube = settings.kube if isinstance(settings, ProcessorSettings) else KubeConnection()
+        kube = kube_connection(source)
     else:
         kube = source if source is not None else KubeConnection()
     return load_api_client(

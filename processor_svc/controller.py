@@ -55,15 +55,16 @@ too: cleanup that must happen belongs behind a finalizer, not only in the delete
 from __future__ import annotations
 
 import abc
+import inspect
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
 from processor_svc.handlers import (
@@ -145,9 +146,14 @@ class Controller(abc.ABC):
     _declarations: ClassVar[Declarations] = Declarations()
     """The class's ``For``/``Owns``/``Watches``, collected (and checked) when it is defined."""
 
+    _awaits_reconcile: ClassVar[bool] = False
+    """Whether ``reconcile`` is a coroutine (``processor_svc.async_controller``)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._declarations = Declarations.of(cls)
+        if inspect.iscoroutinefunction(cls.reconcile) and not cls._awaits_reconcile:
+            raise TypeError(f"{cls.__qualname__}: an async def reconcile needs AsyncController")
 
     @classmethod
     def declared_resources(cls) -> Sequence[ResourceUse]:
@@ -239,7 +245,7 @@ class Controller(abc.ABC):
     # --- what subclasses implement ------------------------------------------------------------
 
     @abc.abstractmethod
-    def reconcile(self, key: str) -> None:
+    def reconcile(self, key: str) -> Awaitable[None] | None:
         """Make the world match the cached state of ``key``; raise to retry with backoff.
 
         Runs on a worker thread, never concurrently for the same key. Read the state from
@@ -496,6 +502,23 @@ class Controller(abc.ABC):
                 self.queue.done(key)
 
     def _process(self, key: str) -> None:
+        admitted, shard = self._admit(key)
+        if not admitted:
+            return
+        try:
+            if self._ready(key, shard):
+                try:
+                    self.reconcile(key)
+                except Exception as exc:
+                    self._handle_error(key, exc)
+                else:
+                    self._forget(key)
+        finally:
+            self._finish(shard)
+
+    def _admit(self, key: str) -> tuple[bool, int | None]:
+        """Whether ``key`` may be reconciled here now, and its shard; if so, it counts as
+        running for :meth:`wait_shards_idle` until :meth:`_finish`."""
         shard = self.lister.shard_of(key)
         # Deciding and counting under one lock: a hand-over either sees this reconcile running
         # (wait_shards_idle waits for it) or this worker sees the shard leaving.
@@ -506,30 +529,31 @@ class Controller(abc.ABC):
         if leaving:
             self.logger.debug("skipping %s: its shard is being handed over", key)
             self._forget(key)
-            return
-        try:
-            self._process_owned(key, shard)
-        finally:
-            with self._ownership:
-                self._running[shard] -= 1
-                if not self._running[shard]:
-                    del self._running[shard]
-                self._ownership.notify_all()
+        return not leaving, shard
 
-    def _process_owned(self, key: str, shard: int | None) -> None:
+    def _finish(self, shard: int | None) -> None:
+        with self._ownership:
+            self._running[shard] -= 1
+            if not self._running[shard]:
+                del self._running[shard]
+            self._ownership.notify_all()
+
+    def _ready(self, key: str, shard: int | None) -> bool:
+        """Whether to reconcile ``key`` now: its shard is still here, its caches are loaded and
+        they show this controller's last writes; if not, the key is forgotten or put back."""
         if self._shard_moved_away(key, shard):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
-            return
+            return False
         if self.wait_for_sync and not self._key_synced(key):
-            return
+            return False
         verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
             # The event that brings the last write releases the key; the deadline, if not.
             remaining = self.barrier.remaining(key)
             if remaining is not None:
                 self.queue.add_after(key, remaining)
-            return
+            return False
         if verdict is Verdict.EXPIRED:
             self.logger.warning(
                 "the cache did not show this controller's last write of %s within %.0f s; "
@@ -537,13 +561,8 @@ class Controller(abc.ABC):
                 key, self.barrier.timeout, extra={"controller": self.name, "key": key},
             )  # fmt: skip
             self._requeue_rate_limited(key)
-            return
-        try:
-            self.reconcile(key)
-        except Exception as exc:
-            self._handle_error(key, exc)
-        else:
-            self._forget(key)
+            return False
+        return True
 
     def _key_synced(self, key: str) -> bool:
         """Whether the caches of ``key``'s shard are loaded; if not, the key is added again

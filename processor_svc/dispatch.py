@@ -27,11 +27,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, cast
 
 from common.handlers import ResourceEventHandler
-from common.keys import Obj
+from common.object_keys import Obj
 from processor_svc.ack_tracker import AckToken
+from processor_svc.async_dispatch import (
+    DEFAULT_MAX_CONCURRENT,
+    AsyncNotification,
+    AsyncResourceEventHandler,
+    KeyedCoroutines,
+    is_async_handler,
+)
+from processor_svc.event_loop import EventLoopThread
 from processor_svc.key_events import KeyEventHandler
 from processor_svc.metrics import ProcessorMetrics
 from processor_svc.notifications import (
@@ -64,8 +72,11 @@ class _Barrier:
 
     __slots__ = ()
 
-    def apply(self, handler: ResourceEventHandler) -> None:
+    def apply(self, handler: object) -> None:
         pass
+
+    def object_key(self) -> None:
+        return None
 
     def describe(self) -> str:
         return "barrier"
@@ -104,6 +115,7 @@ class _Runner:
         resource: str,
         resync_period: float | None,
         lister: Callable[[], Iterable[Obj]] | None,
+        coroutines: Callable[[_Runner], KeyedCoroutines] | None = None,
     ) -> None:
         self.name = name
         self.handler = handler
@@ -133,6 +145,8 @@ class _Runner:
         self._batch_done = False
         metrics.handler_buffer.labels(*scope).set_function(self.buffered)
         self._last_traceback = -_TRACEBACK_INTERVAL
+        # An async handler's calls run on the event loop; this thread only hands them over.
+        self._coroutines = None if coroutines is None else coroutines(self)
         # Daemon: a handler stuck in user code must not keep the process alive after stop().
         self.thread = threading.Thread(
             target=self._run, name=f"handler[{resource}:{name}]", daemon=True
@@ -181,7 +195,13 @@ class _Runner:
 
     def is_calling(self, cancel: threading.Event) -> bool:
         """Whether the handler is running a notification delivered with ``cancel``."""
+        if self._coroutines is not None and self._coroutines.is_running(cancel):
+            return True
         return self._calling_cancel is cancel
+
+    def running(self) -> int:
+        """How many calls of this handler run now."""
+        return self._calling + (0 if self._coroutines is None else self._coroutines.running())
 
     def wake(self) -> None:
         """Make blocked producers re-check their cancel events now."""
@@ -203,7 +223,7 @@ class _Runner:
             left = len(self._items) + self._taken - self._calling
             self._items.clear()
             self._wake_everyone_locked()
-        return left
+        return left + (0 if self._coroutines is None else self._coroutines.abort())
 
     def _wake_everyone_locked(self) -> None:
         """After closing or aborting: the handler's thread and every blocked producer look
@@ -215,7 +235,8 @@ class _Runner:
 
     def buffered(self) -> int:
         """Notifications waiting for this handler (queued or in its current batch)."""
-        return len(self._items) + self._taken
+        held = 0 if self._coroutines is None else self._coroutines.held()
+        return len(self._items) + self._taken + held
 
     def _next(self) -> list[_Item] | None:
         """Everything queued, as one batch (``None``: resync now); raises ``_Done`` when the
@@ -258,6 +279,12 @@ class _Runner:
                 for notification, token, cancel in batch:
                     if self._aborted:
                         break
+                    if self._coroutines is not None:  # it checks ``cancel`` when it starts it
+                        self._coroutines.submit(
+                            cast(AsyncNotification, notification), token, cancel
+                        )
+                        self._taken -= 1
+                        continue
                     # Published before the check, so a worker that sets ``cancel`` and then
                     # calls wait_quiet either sees this call or the call is skipped.
                     self._calling_cancel = cancel
@@ -278,27 +305,35 @@ class _Runner:
                         if token is not None:
                             token.release()
         except _Done:
-            return
+            if self._coroutines is not None:  # the grace period covers what was handed over
+                self._coroutines.drain()
 
     def _call(self, notification: Notification | _Barrier) -> None:
+        if self._coroutines is not None:  # a resync's notification, in its key's order
+            self._coroutines.submit(cast(AsyncNotification, notification), None, None)
+            return
         start = time.perf_counter()
         try:
             notification.apply(self.handler)
         except Exception:
-            self._errors.inc()
-            now = time.monotonic()
-            with_traceback = now - self._last_traceback >= _TRACEBACK_INTERVAL
-            if with_traceback:
-                self._last_traceback = now
-            log.error(
-                "handler %r failed on the %s",
-                self.name,
-                notification.describe(),
-                exc_info=with_traceback,
-                extra={"handler": self.name},
-            )
+            self._failed(notification)
         finally:
             self._latency.observe(time.perf_counter() - start)
+
+    def _failed(self, notification: AsyncNotification | Notification | _Barrier) -> None:
+        """Count a call that raised and log it (with a traceback at most once a minute)."""
+        self._errors.inc()
+        now = time.monotonic()
+        with_traceback = now - self._last_traceback >= _TRACEBACK_INTERVAL
+        if with_traceback:
+            self._last_traceback = now
+        log.error(
+            "handler %r failed on the %s",
+            self.name,
+            notification.describe(),
+            exc_info=with_traceback,
+            extra={"handler": self.name},
+        )
 
     def _resync(self) -> None:
         period = self._resync_period
@@ -350,6 +385,8 @@ class HandlerDispatcher:
         resource: str,
         resync_periods: Mapping[str, float] | None = None,
         lister: Callable[[], Iterable[Obj]] | None = None,
+        event_loop: EventLoopThread | None = None,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     ) -> None:
         if type(buffer_size) is not int or buffer_size < 1:
             raise ValueError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
@@ -361,6 +398,21 @@ class HandlerDispatcher:
             raise ValueError("resync periods need a lister (the local stores to replay)")
         self.resource = resource
         self._metrics = metrics
+        # Async handlers' coroutines (processor_svc.async_dispatch) run on the processor's loop,
+        # or on one of this dispatcher's own (started only if one is async, closed by stop).
+        self._own_loop = (
+            None if event_loop is not None else EventLoopThread(f"handlers[{resource}]")
+        )
+        loop = event_loop or self._own_loop
+        assert loop is not None
+
+        def coroutines(runner: _Runner) -> KeyedCoroutines:
+            handler = cast(AsyncResourceEventHandler, runner.handler)
+            return KeyedCoroutines(
+                handler, loop, limit=max_concurrent, capacity=buffer_size,
+                failed=runner._failed, finished=runner._latency.observe,
+            )  # fmt: skip
+
         self._runners = tuple(
             _Runner(
                 name,
@@ -370,10 +422,13 @@ class HandlerDispatcher:
                 resource=resource,
                 resync_period=periods.get(name),
                 lister=lister,
+                coroutines=coroutines if is_async_handler(handler) else None,
             )
             for name, handler in handlers
         )
-        self._keys_suffice = all(isinstance(r.handler, KeyEventHandler) for r in self._runners)
+        self._keys_suffice = all(
+            isinstance(r.handler, KeyEventHandler) and r._coroutines is None for r in self._runners
+        )  # (an async handler's calls take notifications of objects)
         self._state = threading.Lock()
         self._started = False
         self._stopped = False
@@ -478,7 +533,7 @@ class HandlerDispatcher:
 
     def running_calls(self) -> int:
         """How many handler calls are running now (what ending the process abandons)."""
-        return sum(runner._calling for runner in self._runners)
+        return sum(runner.running() for runner in self._runners)
 
     def wake(self) -> None:
         """Wake every ``deliver`` blocked on a full buffer so it re-checks its cancel event
@@ -527,4 +582,6 @@ class HandlerDispatcher:
         for runner in self._runners:
             with contextlib.suppress(KeyError):
                 self._metrics.handler_buffer.remove(self.resource, self._metrics.group, runner.name)
+        if self._own_loop is not None:
+            self._own_loop.close()
         return left

@@ -39,13 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from common.handlers import ResourceEventHandler
-from common.keys import Obj
+from common.object_keys import Obj
 from common.plugins import PluginError, load_plugin, user_traceback
 from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter
 from common.resource_ids import check_resource_id
 from common.store import IndexFunc
 from common.workqueue import MetricsProvider, RateLimitingQueue
+from processor_svc.async_dispatch import is_async_handler
+from processor_svc.event_loop import EventLoopThread
 from processor_svc.resync import MIN_RESYNC_PERIOD, ResyncPeriodError, checked_resync_period
 from processor_svc.write_barrier import Expectation
 
@@ -243,6 +245,8 @@ class HandlerContext:
     layouts: Callable[[str], ResourceLayout | None] = _no_layout
     key_synced: Callable[[str], bool] | None = None
     expectations: ExpectationStore | None = None
+    event_loop: EventLoopThread | None = None
+    """The processor's event loop, where async controllers run their reconciles."""
 
     def lister_for(self, resource: str) -> Lister:
         """The lister of ``resource``; ``KeyError`` (saying how to serve it) if it is not one
@@ -391,7 +395,7 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
     ref = parse_handler_spec(reference).reference
     target = _load(ref)
     if not isinstance(target, type) and isinstance(target, ResourceEventHandler):
-        return target
+        return _sync_or_async(ref, target)
     if not callable(target):
         raise HandlerLoadError(
             f"handler {ref!r} is a {type(target).__name__}: expected an object with "
@@ -410,6 +414,15 @@ def load_handler(reference: str, context: HandlerContext) -> ResourceEventHandle
             f"handler factory {ref!r} returned a {type(handler).__name__} without "
             f"{', '.join(_missing_methods(handler))}"
         )
+    return _sync_or_async(ref, handler)
+
+
+def _sync_or_async(ref: str, handler: ResourceEventHandler) -> ResourceEventHandler:
+    """``handler``, if its event methods are all ``def`` or all ``async def``."""
+    try:
+        is_async_handler(handler)
+    except ValueError as exc:
+        raise HandlerLoadError(f"handler {ref!r}: {exc}") from None
     return handler
 
 

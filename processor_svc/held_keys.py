@@ -36,7 +36,7 @@ selected snapshot is owed a deletion carrying:
 * its last selected state in the unacknowledged entries (the final state of a deletion there,
   kept a tombstone if the reflector inferred it; or the state before it left the view, as a
   selector-filtered informer reports a leave), else
-* the state the held set recorded, as a :class:`~common.keys.DeletedFinalStateUnknown`: the
+* the state the held set recorded, as a :class:`~common.object_keys.DeletedFinalStateUnknown`: the
   state the key entered the view with, or the one the last takeover's initial list gave it,
   whichever came later. Updates since then are not recorded (that would be a write per
   update), and the stream no longer holds them, so the final state is not known: a tombstone
@@ -57,7 +57,7 @@ from typing import Final, TypeAlias
 import orjson
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.wire import DeltaEnvelope
 from processor_svc.view import GroupView
 

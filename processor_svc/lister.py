@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from common.compact_store import CompactIndexer
-from common.keys import Obj, deletion_handling_meta_namespace_key
+from common.object_keys import Obj, deletion_handling_meta_namespace_key
 from common.sharding import shard_for
 from common.store import (
     NAMESPACE_INDEX,

@@ -17,14 +17,12 @@ members that crashed long ago (each ``unique_holder`` id is new per process).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import redis
 from redis.client import Pipeline
-from redis.commands.core import Script
 
-from common.redis_config import is_cluster
-from common.redis_layout import PROCESSOR_GROUP, ResourceKeys, membership_scripts
+from common.redis_layout import PROCESSOR_GROUP, ResourceKeys, membership_scripts, script_runner
 
 __all__ = ["Membership", "decode_members"]
 
@@ -68,8 +66,6 @@ class Membership:
         self.ttl: Final = float(ttl)
         """Seconds a heartbeat keeps us alive."""
         self._ttl_ms = max(1, round(ttl * 1000))
-        self._heartbeat: Script = client.register_script(membership_scripts.HEARTBEAT)
-        self._live: Script = client.register_script(membership_scripts.LIVE)
 
     def heartbeat(self) -> list[str]:
         """Be alive for ``ttl`` more seconds (Redis clock); prune the dead.
@@ -77,24 +73,22 @@ class Membership:
         Returns the live members, ourselves included, sorted: the same round trip answers what
         :meth:`live_members` would.
         """
-        return decode_members(self._heartbeat(keys=[self.key], args=self._args()))
+        return decode_members(
+            script_runner.run(self._client, membership_scripts.HEARTBEAT, [self.key], self._args())
+        )
 
     def queue_heartbeat(self, pipeline: Pipeline) -> None:
         """Add a :meth:`heartbeat` to ``pipeline``; decode its reply with :func:`decode_members`.
 
         Lets a caller heartbeat and read other keys (the shard leases) in one round trip.
         """
-        if is_cluster(pipeline):
-            # redis-py's cluster pipeline refuses EVALSHA (and so a Script): EVAL sends the
-            # short script's text instead, and needs no NOSCRIPT recovery.
-            queue: Any = pipeline.execute_command  # redis-py leaves it unannotated
-            queue("EVAL", self._heartbeat.script, 1, self.key, *self._args())
-            return
-        self._heartbeat(keys=[self.key], args=self._args(), client=pipeline)
+        # The short script's text (EVAL): the pipeline holds other commands, so a NOSCRIPT
+        # could not be recovered from by sending it again.
+        script_runner.queue_source(pipeline, membership_scripts.HEARTBEAT, [self.key], self._args())
 
     def live_members(self) -> list[str]:
         """The members whose deadline has not passed on Redis's clock, sorted."""
-        return decode_members(self._live(keys=[self.key]))
+        return decode_members(script_runner.run(self._client, membership_scripts.LIVE, [self.key]))
 
     def leave(self) -> None:
         """Leave at once (graceful stop), so the others need not wait ``ttl`` to notice."""

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from processor_svc.ack_tracker import AckToken
+from processor_svc.async_dispatch import AsyncResourceEventHandler
 from processor_svc.key_events import KeyNotification
 
 __all__ = [
@@ -27,6 +28,10 @@ __all__ = [
     "NotificationSink",
     "UpdateNotification",
 ]
+
+
+AnyHandler: TypeAlias = ResourceEventHandler | AsyncResourceEventHandler
+"""A handler a notification can be applied to: an async one's call returns its coroutine."""
 
 
 def _key_of(obj: Obj | DeletedFinalStateUnknown) -> str:
@@ -44,8 +49,11 @@ class AddNotification:
     obj: Obj
     is_in_initial_list: bool
 
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_add(self.obj, self.is_in_initial_list)
+    def apply(self, handler: AnyHandler) -> object:
+        return handler.on_add(self.obj, self.is_in_initial_list)
+
+    def object_key(self) -> str:
+        return _key_of(self.obj)
 
     def describe(self) -> str:
         return f"add of {_key_of(self.obj)}"
@@ -58,8 +66,11 @@ class UpdateNotification:
     old: Obj
     new: Obj
 
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_update(self.old, self.new)
+    def apply(self, handler: AnyHandler) -> object:
+        return handler.on_update(self.old, self.new)
+
+    def object_key(self) -> str:
+        return _key_of(self.new)
 
     def describe(self) -> str:
         return f"update of {_key_of(self.new)}"
@@ -71,8 +82,11 @@ class DeleteNotification:
 
     obj: Obj | DeletedFinalStateUnknown
 
-    def apply(self, handler: ResourceEventHandler) -> None:
-        handler.on_delete(self.obj)
+    def apply(self, handler: AnyHandler) -> object:
+        return handler.on_delete(self.obj)
+
+    def object_key(self) -> str:
+        return _key_of(self.obj)
 
     def describe(self) -> str:
         return f"delete of {_key_of(self.obj)}"

@@ -35,17 +35,16 @@ converge within a heartbeat, and with them the assignment.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import redis
 
-from common.lease import LeaseStatus, RedisLease, warn_if_calls_outlast_the_margin
+from common.lease import warn_if_calls_outlast_the_margin
 from common.rate_limiters import Clock, MonotonicClock
-from common.redis_layout import LEASE_HOLDER, PROCESSOR_GROUP, ResourceKeys
+from common.redis_layout import PROCESSOR_GROUP
+from common.redis_layout.lease_reads import decode_holder, queue_holder
 from common.replica_wait import NO_WAIT, ReplicaWait
 from common.settings import LeaseTiming, MembershipTiming
 from common.sharding import shard_ranges
@@ -53,45 +52,13 @@ from common.throttled_log import ThrottledLog
 from processor_svc.assignment import assign_shards
 from processor_svc.lease_group import LeaseGroup
 from processor_svc.membership import Membership, decode_members
+from processor_svc.owned_shards import OwnedShards
+from processor_svc.ownership_steps import OwnershipSteps
+from processor_svc.shard_leases import ShardLease, shard_leases
 
 __all__ = ["ShardLease", "ShardOwnership"]
 
 log = logging.getLogger(__name__)
-
-
-class ShardLease(Protocol):
-    """What the coordinator needs of a shard's lease: a :class:`~common.lease.RedisLease`, or a
-    :class:`~processor_svc.lease_group.LeaseGroup` for several co-sharded resources."""
-
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def holder(self) -> str: ...
-
-    @property
-    def duration(self) -> float: ...
-
-    @property
-    def max_call_seconds(self) -> float: ...
-
-    def try_acquire_or_renew(self) -> LeaseStatus: ...
-
-    def renew(self, epoch: int) -> LeaseStatus: ...
-
-    def release(self) -> bool: ...
-
-
-@dataclass(slots=True)
-class _Owned:
-    """A shard we own: its lease epoch and when its last successful renewal *started*.
-
-    The start, not the end, because Redis counts the lease from when the script ran, which is
-    after the call started: the lease lives at least ``lease_duration`` from ``renewed_at``.
-    """
-
-    epoch: int
-    renewed_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +67,6 @@ class _View:
 
     members: tuple[str, ...]
     owners: dict[int, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """A lease call's outcome, and when the call started (a lower bound on the lease's start)."""
-
-    status: LeaseStatus
-    started: float
 
 
 class ShardOwnership:
@@ -187,29 +146,18 @@ class ShardOwnership:
         )
         resources = (resource, *(r for r in co_sharded if r != resource))
         self._resources = resources
-
-        def lease(of: str, shard: int) -> RedisLease:
-            keys = ResourceKeys(prefix, of).group(group).shard(shard)
-            return RedisLease(
-                client,
-                key=keys.lease,
-                epoch_key=keys.lease_epoch,
-                holder=member_id,
-                duration=timing.lease_duration,
-                replica_wait=replica_wait,
-            )
-
-        self._leases: list[ShardLease] = [
-            lease(resource, shard)
-            if len(resources) == 1
-            else LeaseGroup([(of, lease(of, shard)) for of in resources])
-            for shard in range(shard_count)
-        ]
+        self._leases: list[ShardLease] = shard_leases(
+            client,
+            prefix=prefix,
+            resources=resources,
+            group=group,
+            shard_count=shard_count,
+            member_id=member_id,
+            duration=timing.lease_duration,
+            replica_wait=replica_wait,
+        )
         warn_if_calls_outlast_the_margin(self._leases[0], timing.renew_deadline, "shard owner")
         self._client = client
-        self._on_acquired = on_acquired
-        self._on_lost = on_lost
-        self._on_losing = on_losing
         self._heartbeat_interval = membership.heartbeat_interval
         self._settle_limit = membership.member_ttl
         self._renew_deadline = timing.renew_deadline
@@ -222,14 +170,21 @@ class ShardOwnership:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._release_on_stop = True
-        self._owned: dict[int, _Owned] = {}  # shards whose lease we hold and have announced
-        self._target: frozenset[int] | None = None  # our shards in the last assignment
-        self._given_up: dict[int, tuple[int, str]] = {}  # shard -> (epoch, why): give_up()
-        self._acquisitions = 0
-        self._losses = 0
-        self._rebalances = 0
+        self._shards = OwnedShards(self._cond)
+        self._steps = OwnershipSteps(
+            leases=self._leases,
+            shards=self._shards,
+            member_id=member_id,
+            on_acquired=on_acquired,
+            on_lost=on_lost,
+            on_losing=on_losing,
+            renew_deadline=self._renew_deadline,
+            clock=self._clock,
+            errors=self._errors,
+            extra=self._extra,
+            stopping=self._is_stopping,
+        )
         # Coordinator thread only:
-        self._lost_epoch: dict[int, int] = {}  # shard -> the epoch of our last ended ownership
         self._members_seen: tuple[str, ...] | None = None
 
     # --- public API ------------------------------------------------------------------------------
@@ -253,24 +208,23 @@ class ShardOwnership:
     def acquisitions(self) -> int:
         """How many times a shard lease was newly acquired (each then got ``on_acquired``)."""
         with self._cond:
-            return self._acquisitions
+            return self._shards.acquisitions
 
     @property
     def losses(self) -> int:
         """How many times ``on_lost`` was called (reassigned, lease lost, failed, or stopping)."""
         with self._cond:
-            return self._losses
+            return self._shards.losses
 
     @property
     def rebalances(self) -> int:
         """How many times the set of shards assigned to this member changed."""
         with self._cond:
-            return self._rebalances
+            return self._shards.rebalances
 
     def owned(self) -> dict[int, int]:
         """The shards we own now, with the epoch (fencing token) of each ownership."""
-        with self._cond:
-            return {shard: owned.epoch for shard, owned in sorted(self._owned.items())}
+        return self._shards.epochs()
 
     def give_up(self, shard: int, epoch: int, reason: str) -> None:
         """End the ownership of ``shard`` at ``epoch`` on the next tick: release the lease and
@@ -280,11 +234,7 @@ class ShardOwnership:
         fenced read may have reached the old, stale primary (which names nobody, or an earlier
         holder) while the renewals reach the new one. Left alone, the shard would stay "owned"
         with no worker reading it. Nothing happens if that ownership already ended."""
-        with self._cond:
-            owned = self._owned.get(shard)
-            if owned is not None and owned.epoch == epoch:
-                self._given_up[shard] = (epoch, reason)
-                self._cond.notify_all()
+        self._shards.give_up(shard, epoch, reason)
 
     def epochs(self, shard: int, epoch: int) -> dict[str, int]:
         """Each co-sharded resource's fencing epoch for the ownership of ``shard`` that
@@ -336,7 +286,7 @@ class ShardOwnership:
         """
         deadline = None if timeout is None else self._clock.now() + timeout
         with self._cond:
-            while not self._settled():
+            while not self._shards.settled():
                 if self._stopping or (deadline is not None and self._clock.now() >= deadline):
                     return False
                 self._clock.wait(self._cond, deadline)
@@ -354,9 +304,6 @@ class ShardOwnership:
 
     # --- coordinator thread ----------------------------------------------------------------------
 
-    def _settled(self) -> bool:
-        return self._target is not None and self._target == frozenset(self._owned)
-
     def _run(self) -> None:
         try:
             self._loop()
@@ -368,7 +315,7 @@ class ShardOwnership:
         stable_since = started
         while self._wait_until(min(next_view, next_tick, self._next_renew_deadline())):
             try:
-                self._enforce_renew_deadlines()
+                self._steps.enforce_renew_deadlines()
                 now = self._clock.now()
                 if now < next_view and now < next_tick:
                     continue  # woken for a renew deadline only
@@ -400,9 +347,13 @@ class ShardOwnership:
         assigns only once its view of the members has not changed for one heartbeat interval
         (every member started with it has heartbeated by then), for at most ``member_ttl``
         seconds after it started. A lone processor's first shard comes one heartbeat later."""
-        if self._acquisitions or now - started >= self._settle_limit:
+        if self._shards.acquisitions or now - started >= self._settle_limit:
             return False
         return now - stable_since < self._heartbeat_interval
+
+    def _is_stopping(self) -> bool:
+        with self._cond:
+            return self._stopping
 
     def _wait_until(self, deadline: float) -> bool:
         """Sleep until ``deadline`` (clock time); ``False`` once :meth:`stop` was called."""
@@ -412,27 +363,7 @@ class ShardOwnership:
             return not self._stopping
 
     def _next_renew_deadline(self) -> float:
-        with self._cond:
-            starts = [owned.renewed_at for owned in self._owned.values()]
-        return min(starts) + self._renew_deadline if starts else math.inf
-
-    def _enforce_renew_deadlines(self) -> None:
-        """``on_lost`` for every owned shard that went ``renew_deadline`` without a renewal.
-
-        Called before every Redis call, so a loss is noticed at most one (bounded) call late.
-        The lease is not released: Redis is presumably what failed, and a lease that is still
-        ours is released (or renewed with a new epoch) by a later tick.
-        """
-        now = self._clock.now()
-        with self._cond:
-            late = sorted(
-                (shard, now - owned.renewed_at)
-                for shard, owned in self._owned.items()
-                if now - owned.renewed_at >= self._renew_deadline
-            )
-        self._losing([shard for shard, _ in late])
-        for shard, silent in late:
-            self._lose(shard, f"could not renew for {silent:.2f} s (renew deadline)", False)
+        return self._shards.next_renew_deadline(self._renew_deadline)
 
     def _read_view(self) -> _View | None:
         """Heartbeat, then read the live members and every lease holder: one round trip."""
@@ -440,7 +371,7 @@ class ShardOwnership:
             with self._client.pipeline(transaction=False) as pipe:
                 self._membership.queue_heartbeat(pipe)
                 for lease in self._leases:
-                    pipe.hget(lease.key, LEASE_HOLDER)
+                    queue_holder(pipe, lease.key)
                 replies = pipe.execute()
         except Exception as error:  # Redis unreachable or failing: the deadlines decide
             self._errors.failure("heartbeat and lease read failed", error, self._extra)
@@ -448,7 +379,7 @@ class ShardOwnership:
         self._errors.success("Redis answers again", self._extra)
         owners: dict[int, str | None] = {}
         for shard, holder in enumerate(replies[1:]):
-            owners[shard] = holder.decode() if isinstance(holder, bytes) else holder
+            owners[shard] = decode_holder(holder)
         return _View(members=tuple(decode_members(replies[0])), owners=owners)
 
     def _tick(self, view: _View) -> float | None:
@@ -462,186 +393,40 @@ class ShardOwnership:
         me = self._member_id
         target = assign_shards(self._shard_count, view.members, view.owners)
         mine = frozenset(shard for shard, owner in target.items() if owner == me)
-        with self._cond:
-            if mine != self._target:
-                self._rebalances += 1
-                log.info("assigned shards %s", sorted(mine), extra=self._extra)
-            self._target = mine
-            self._cond.notify_all()
-            owned = frozenset(self._owned)
+        if self._shards.retarget(mine):
+            log.info("assigned shards %s", sorted(mine), extra=self._extra)
+        owned = self._shards.shards()
         redis_ok = True  # after one failed call, the others would only block and fail too
-        with self._cond:
-            given_up, self._given_up = self._given_up, {}
+        given_up = self._shards.take_given_up()
         for shard, (epoch, reason) in sorted(given_up.items()):
-            with self._cond:
-                current = self._owned.get(shard)
+            current = self._shards.get(shard)
             if redis_ok and current is not None and current.epoch == epoch:
-                redis_ok = self._lose(shard, reason, True)
+                redis_ok = self._steps.lose(shard, reason, True)
         if given_up:
-            with self._cond:
-                owned = frozenset(self._owned)
+            owned = self._shards.shards()
         leaving = sorted(owned - mine)
-        self._losing(leaving)
+        self._steps.losing(leaving)
         for shard in leaving:
-            self._enforce_renew_deadlines()  # a slow hand-over must not outlast the others' leases
+            # A slow hand-over must not outlast the others' leases.
+            self._steps.enforce_renew_deadlines()
             redis_ok = (
-                self._lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
+                self._steps.lose(shard, f"reassigned to {target.get(shard)}", redis_ok) and redis_ok
             )
         for shard, holder in view.owners.items():
             if redis_ok and holder == me and shard not in owned and shard not in mine:
-                redis_ok = self._release(shard)  # ours from an ended ownership: let them in
-        if not redis_ok or not self._renew(sorted(owned & mine)):
+                redis_ok = self._steps.release(shard)  # ours from an ended ownership: let them in
+        if not redis_ok or not self._steps.renew(sorted(owned & mine)):
             return None
-        with self._cond:
-            owned = frozenset(self._owned)  # a lapsed lease was lost just now: take it again
-        return self._acquire(sorted(mine - owned))
-
-    def _renew(self, shards: list[int]) -> bool:
-        """Renew the leases of owned ``shards``; ``False`` if Redis failed."""
-        for shard in shards:
-            self._enforce_renew_deadlines()
-            with self._cond:
-                owned = self._owned.get(shard)
-            if owned is None:
-                continue  # lost at its deadline just now; a later tick takes it back
-            attempt = self._call(shard, renew_epoch=owned.epoch)
-            if attempt is None:
-                return False
-            self._renewed(shard, attempt)
-        return True
-
-    def _acquire(self, shards: list[int]) -> float | None:
-        """Try to acquire ``shards``; returns the earliest expiry of a lease held by another."""
-        retry_at: float | None = None
-        for shard in shards:
-            attempt = self._call(shard)
-            if attempt is not None and self._is_stale(shard, attempt):
-                # Our lease from an ownership that already ended: a new one needs a new epoch.
-                attempt = self._call(shard) if self._release(shard) else None
-            if attempt is None:
-                return retry_at
-            status = attempt.status
-            if status.held:
-                self._acquired(shard, attempt)
-            elif math.isfinite(status.ttl):  # a departed owner's lease: try again at its expiry
-                expiry = self._clock.now() + status.ttl + 0.002
-                retry_at = expiry if retry_at is None else min(retry_at, expiry)
-        return retry_at
-
-    def _is_stale(self, shard: int, attempt: _Attempt) -> bool:
-        return attempt.status.held and attempt.status.epoch == self._lost_epoch.get(shard)
-
-    def _call(self, shard: int, *, renew_epoch: int | None = None) -> _Attempt | None:
-        """One acquire-or-renew of ``shard``'s lease, or with ``renew_epoch`` a renewal of that
-        ownership only (a lapsed lease is reported, not re-acquired); ``None`` (logged) if
-        Redis failed.
-
-        Checks the renew deadlines first, and reports when the call *started*.
-        """
-        self._enforce_renew_deadlines()
-        with self._cond:
-            if self._stopping:
-                return None
-        started = self._clock.now()
-        lease = self._leases[shard]
-        try:
-            if renew_epoch is None:
-                status = lease.try_acquire_or_renew()
-            else:
-                status = lease.renew(renew_epoch)
-        except Exception as error:
-            self._errors.failure(f"shard {shard}: lease acquire/renew failed", error, self._extra)
-            return None
-        self._errors.success("Redis answers again", self._extra)
-        return _Attempt(status, started)
-
-    def _renewed(self, shard: int, attempt: _Attempt) -> None:
-        status = attempt.status
-        with self._cond:
-            epoch = self._owned[shard].epoch
-            if status.held and status.epoch == epoch:
-                self._owned[shard].renewed_at = attempt.started
-                return
-        if status.holder is None:
-            # Our lease lapsed (expired, or Redis lost it) within our renew deadline. Someone
-            # may have owned the shard in between, so this ownership is over, and it must have
-            # stopped before a new one (with a new epoch) begins: the renewal does not take the
-            # lease again, the acquisition that follows in this tick does. Re-acquiring first
-            # made the old worker's handler calls run under the new epoch.
-            self._lose(shard, f"lease lapsed (epoch {epoch})", False)
-        elif status.holder == self._member_id:
-            # Ours with another epoch: only Redis losing data and our own later acquisition
-            # does that. Give it up; the next acquisition gets a fresh epoch.
-            self._lose(shard, f"lease holds another epoch ({status.epoch}, ours {epoch})", True)
-        else:
-            self._lose(shard, f"lease taken by {status.holder} with epoch {status.epoch}", False)
-
-    def _acquired(self, shard: int, attempt: _Attempt) -> None:
-        epoch = attempt.status.epoch
-        with self._cond:
-            self._owned[shard] = _Owned(epoch=epoch, renewed_at=attempt.started)
-            self._acquisitions += 1
-            self._cond.notify_all()
-        log.info("acquired shard %d with epoch %d", shard, epoch, extra=self._extra)
-        try:
-            self._on_acquired(shard, epoch)
-        except Exception:
-            log.exception(
-                "on_acquired(%d, %d) failed; releasing the shard", shard, epoch, extra=self._extra
-            )
-            self._lose(shard, "on_acquired failed", True)
-
-    def _lose(self, shard: int, reason: str, release: bool, level: int = logging.INFO) -> bool:
-        """End our ownership of ``shard``: ``on_lost`` first, then (``release``) the lease.
-
-        Returns ``False`` only when the release was tried and Redis failed.
-        """
-        with self._cond:
-            owned = self._owned.pop(shard, None)
-            if owned is None:
-                return True
-            self._losses += 1
-            self._cond.notify_all()
-        self._lost_epoch[shard] = owned.epoch
-        log.log(level, "lost shard %d (epoch %d): %s", shard, owned.epoch, reason,
-                extra=self._extra)  # fmt: skip
-        try:
-            self._on_lost(shard)
-        except Exception:
-            log.exception("on_lost(%d) failed", shard, extra=self._extra)
-        return self._release(shard) if release else True
-
-    def _losing(self, shards: Sequence[int]) -> None:
-        """Tell the caller at once about every shard about to be lost in this step.
-
-        ``on_lost`` runs one shard at a time and may wait (a hand-over lets running handler
-        calls finish); without this, the shards later in the row kept calling handlers all
-        that while, unrenewed, and a slow row outlived their leases: the next owner's calls
-        then overlapped theirs.
-        """
-        if not shards or self._on_losing is None:
-            return
-        try:
-            self._on_losing(list(shards))
-        except Exception:
-            log.exception("on_losing(%s) failed", list(shards), extra=self._extra)
-
-    def _release(self, shard: int) -> bool:
-        """Release ``shard``'s lease if it is ours; ``False`` when Redis failed (it will expire)."""
-        try:
-            self._leases[shard].release()
-        except Exception as error:
-            self._errors.failure(f"shard {shard}: lease release failed", error, self._extra)
-            return False
-        return True
+        owned = self._shards.shards()  # a lapsed lease was lost just now: take it again
+        return self._steps.acquire(sorted(mine - owned))
 
     def _shutdown(self) -> None:
         with self._cond:
             wanted = release = self._release_on_stop
-            owned = sorted(self._owned)
-        self._losing(owned)
+        owned = sorted(self._shards.shards())
+        self._steps.losing(owned)
         for shard in owned:  # every on_lost, but no release after Redis failed (they expire)
-            release = self._lose(shard, "stopping", release, logging.DEBUG) and release
+            release = self._steps.lose(shard, "stopping", release, logging.DEBUG) and release
         if owned:  # one line for them all, not one per shard
             left = "" if release else "; Redis failed, " if wanted else "; "
             log.info("stopping: %s shards %s%s", "handed back" if release else "stopped applying",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from common.keys import Obj
+from common.object_keys import Obj
 
 __all__ = [
     "UpdatePredicate",

@@ -35,8 +35,8 @@ from common.publication import (
 )
 from common.redis_config import redacted_url
 from common.redis_layout import GroupShardKeys, ShardKeys
+from common.redis_replies import as_text
 from common.sharding import shard_ranges
-from processor_svc.fenced_stream import as_text
 
 __all__ = ["PublicationGate"]
 

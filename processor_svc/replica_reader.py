@@ -37,8 +37,10 @@ import redis
 
 from common.backoff import Backoff
 from common.handlers import process_deltas
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import ShardKeys
+from common.redis_layout.snapshot import read_snapshot, stream_info
+from common.redis_replies import as_text
 from common.store import IndexFuncError
 from common.wire import (
     DEFAULT_MAX_BYTES,
@@ -55,7 +57,6 @@ from processor_svc.dispatch import (
     NotificationCollector,
     UpdateNotification,
 )
-from processor_svc.fenced_stream import as_text
 from processor_svc.metrics import ProcessorMetrics, ShardMetrics
 from processor_svc.move_gate import MoveGate
 from processor_svc.shard_store import ShardStore
@@ -182,11 +183,8 @@ class ReplicaReader:
         """Step 1 (and step 3's fresh snapshot): load the shard, deliver it or its changes."""
         if self._moves is not None:
             self._moves.reading(self.shard)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.hgetall(self._keys.objects)
-        pipe.xinfo_stream(self._keys.stream)
-        objects, info = pipe.execute(raise_on_error=False)
-        info = _stream_info(info)
+        snapshot = read_snapshot(self._client, self._keys)
+        objects, info = snapshot.objects, snapshot.stream
         last_id = as_text(info["last-generated-id"])
         first = self._last_id is None and not self._synced.is_set()
         fresh: dict[str, Obj] = {}
@@ -359,12 +357,5 @@ def _version(obj: Obj) -> object:
 
 
 def _stream_info(reply: Any) -> dict[str, Any]:
-    """``XINFO STREAM``'s reply with text names; a shard the reflector never wrote an entry to
-    has no stream yet, which reads as an empty one (any other error is raised)."""
-    if isinstance(reply, redis.ResponseError):
-        if "no such key" not in str(reply).lower():
-            raise reply
-        return {"last-generated-id": "0-0", "entries-added": 0, "length": 0}
-    if isinstance(reply, Exception):
-        raise reply
-    return {as_text(name): value for name, value in reply.items()}
+    """``XINFO STREAM``'s reply as the snapshot reads it (:func:`stream_info`)."""
+    return stream_info(reply)

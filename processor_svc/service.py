@@ -53,6 +53,7 @@ from common.replica_wait import ReplicaWait
 from common.service_clients import service_clients
 from common.sharding import shard_ranges
 from processor_svc.dispatch import HandlerDispatcher
+from processor_svc.event_loop import EventLoopThread
 from processor_svc.expectations import RedisExpectationStore
 from processor_svc.handler_routes import HandlerRoutes, plan_handlers
 from processor_svc.handlers import (
@@ -164,6 +165,8 @@ class ProcessorService:
         self.moves: dict[str, MoveGate] = {}
         """A move gate per resource whose objects can move between shards."""
         workqueues = make_workqueue_factory(PrometheusMetricsProvider(self.registry))
+        # Async handlers' and controllers' coroutines: one loop, started by the first of them.
+        self.event_loop = EventLoopThread(f"processor-event-loop[{plan.primary}]")
 
         def context_for(resource: str) -> HandlerContext:
             return HandlerContext(
@@ -179,6 +182,7 @@ class ProcessorService:
                 expectations=RedisExpectationStore(
                     self.lease_redis, prefix=settings.prefix, resource=resource, group=self.group
                 ),
+                event_loop=self.event_loop,
             )
 
         routes = HandlerRoutes(plan)
@@ -203,6 +207,8 @@ class ProcessorService:
                 resource=resource,
                 resync_periods=routes.resync_periods[resource],
                 lister=self.listers[resource].list,
+                event_loop=self.event_loop,
+                max_concurrent=settings.max_concurrent_reconciles,
             )
             for resource in plan.all
         }
@@ -290,6 +296,7 @@ class ProcessorService:
                 log.warning("%s: handlers did not finish within the grace period: %s",
                             resource, left)  # fmt: skip
         stop_handlers(self._handler_objects, self._grace_left())
+        self.event_loop.close()  # after everything that runs coroutines on it stopped
         if self._server is not None:  # None: its port was taken, it never started
             self._server.stop()
             log.info("processor %s stopped", self.member_id)

@@ -24,6 +24,7 @@ from common.settings import (
     require_positive,
 )
 from common.wire import DEFAULT_MAX_BYTES
+from processor_svc.async_dispatch import DEFAULT_MAX_CONCURRENT
 from processor_svc.view import GroupView
 
 __all__ = ["CACHE_KINDS", "COMPACT", "PLAIN", "ProcessorSettings"]
@@ -136,6 +137,16 @@ class ProcessorSettings(ServiceSettings):
     buffer_size: int = field(
         default=1000, metadata={"help": "per-handler buffer; full buffers pause stream reads"}
     )
+    max_concurrent_reconciles: int = field(
+        default=DEFAULT_MAX_CONCURRENT,
+        metadata={
+            "help": "async handlers and controllers (async def on_update, async def "
+            "reconcile): coroutines of one handler in flight at once, on the processor's event "
+            "loop (never two of one key; controller-runtime's MaxConcurrentReconciles); sync "
+            "handlers are called one at a time, sync controllers use their workers",
+            "metavar": "N",
+        },
+    )
     read_count: int = field(default=500, metadata={"help": "entries per stream read"})
     block_ms: int = field(
         default=5000,
@@ -196,7 +207,8 @@ class ProcessorSettings(ServiceSettings):
         super().__post_init__()
         require_positive(
             self,
-            "buffer_size", "read_count", "block_ms", "shutdown_grace", "max_entry_bytes",
+            "buffer_size", "max_concurrent_reconciles", "read_count", "block_ms", "shutdown_grace",
+            "max_entry_bytes",
         )  # fmt: skip
         if not 0 <= self.read_linger_ms <= _MAX_READ_LINGER_MS:
             raise SettingsError(

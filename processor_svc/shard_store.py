@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from common.codec import Codec
 from common.handlers import DeltaTarget
-from common.keys import Obj
+from common.object_keys import Obj
 from common.store import NAMESPACE_INDEX, IndexFunc, meta_namespace_index_func
 from common.wire import ENVELOPE_CODEC
 

@@ -46,11 +46,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from redis.exceptions import ResponseError
-
 from common.deltas import DeltaType
-from common.keys import Obj
-from common.redis_layout import LEASE_EPOCH, LEASE_HOLDER
+from common.object_keys import Obj
+from common.redis_layout.snapshot import read_snapshot
+from common.redis_replies import as_text
 from common.store import IndexFuncError
 from common.wire import (
     WireDecodeError,
@@ -60,7 +59,7 @@ from common.wire import (
 )
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import AddNotification, DeleteNotification, Notification
-from processor_svc.fenced_stream import DeadLetter, FencedStream, as_text, id_tuple, raw_of
+from processor_svc.fenced_stream import DeadLetter, FencedStream, id_tuple, raw_of
 from processor_svc.held_keys import HeldState, TakeoverReckoning
 from processor_svc.metrics import ShardMetrics
 from processor_svc.move_gate import MoveGate
@@ -227,41 +226,24 @@ class Takeover:
     def _read_shard(self) -> ShardView:
         """Create the group if needed, then read the snapshot and the group's state at once."""
         keys, client = self._keys, self._client
-        try:
-            # At the end: a new group starts from the snapshot, never from history.
-            client.xgroup_create(keys.stream, keys.group, id="$", mkstream=True)
-        except ResponseError as err:
-            if "BUSYGROUP" not in str(err):
-                raise
-        pipe = client.pipeline(transaction=True)
-        pipe.hmget(keys.lease, LEASE_HOLDER, LEASE_EPOCH)
-        pipe.hgetall(keys.objects)
-        pipe.hgetall(keys.held)
-        pipe.xinfo_stream(keys.stream)
-        pipe.xinfo_groups(keys.stream)
-        pipe.xpending(keys.stream, keys.group)
-        (holder, epoch), objects, held, info, groups, pending = pipe.execute()
+        snapshot = read_snapshot(client, keys.shard_keys, owner=keys)
         # Fenced like the scripts: a worker whose lease is gone delivers no initial list.
+        holder, epoch = snapshot.lease or (None, None)
         self._fence.check_lease(holder, epoch)
-        # redis-py's Cluster transactions parse less (bytes keys, XPENDING's summary as a
-        # list): normalised so that both kinds of client read alike.
-        info = {as_text(name): value for name, value in info.items()}
-        groups = [{as_text(name): value for name, value in g.items()} for g in groups]
-        pending_count = pending[0] if isinstance(pending, list) else pending["pending"]
-        group = next(g for g in groups if as_text(g["name"]) == keys.group)
+        info, group = snapshot.stream, snapshot.group or {}
         delivered = as_text(group["last-delivered-id"])
         entries_read = group.get("entries-read")
         if delivered == "0-0":
             entries_read = 0  # nothing delivered yet, whatever Redis reports
         first = info.get("first-entry")  # (ID, fields); [ID, fields] from a Cluster transaction
         return ShardView(
-            objects=objects,
-            held=held,
+            objects=snapshot.objects,
+            held=snapshot.held or {},
             last_id=as_text(info["last-generated-id"]),
             entries_added=_int_or_none(info.get("entries-added")),
             delivered=delivered,
             entries_read=_int_or_none(entries_read),
-            pending=int(pending_count),
+            pending=snapshot.pending or 0,
             length=int(info["length"]),
             first_id=None if first is None else as_text(first[0]),
             max_deleted=as_text(info.get("max-deleted-entry-id") or b"0-0"),

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple, Protocol
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.projection import Projection
 from common.selectable_fields import field_values, supported_fields
 from common.selectors import FieldSelector, LabelSelector

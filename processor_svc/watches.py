@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self, overload
 
 from common.handlers import ResourceEventHandler
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.publication import ResourceLayout
-from common.shard_keys import controller_reference, owner_key
+from common.shard_routing import controller_reference, owner_key
 from common.store import IndexFunc
 from processor_svc.handlers import HandlerContext, Lister, ResourceUse
 from processor_svc.predicates import UpdatePredicate

@@ -52,7 +52,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
+from common.versions import compare_resource_versions
 
 __all__ = ["DEFAULT_TIMEOUT", "GONE", "CacheReader", "Expectation", "Verdict", "WriteBarrier"]
 
@@ -107,9 +108,7 @@ def _version_of(obj: Obj | DeletedFinalStateUnknown | None) -> str | None:
 def _at_least(version: str | None, expected: str) -> bool:
     if version is None:
         return False
-    if version.isdigit() and expected.isdigit():
-        return int(version) >= int(expected)
-    return version == expected
+    return compare_resource_versions(version, expected) in (0, 1)
 
 
 def _meets(

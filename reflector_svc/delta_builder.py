@@ -8,7 +8,7 @@ error of the ListAndWatch loop: one bad object must not stop a resource.
 
 Per watch event the cache key is computed exactly once, by
 :meth:`~common.wire.DeltaEnvelope.of_object`, and read back from the envelope; so is the shard
-key (:mod:`common.shard_keys`), here, and carried to the publisher on the
+key (:mod:`common.shard_routing`), here, and carried to the publisher on the
 :class:`~reflector_svc.publish_records.PendingDelta`. A resource sharded by its objects' keys
 (the default) computes nothing more: its key is its shard key. A ``label:NAME`` shard key that
 falls back to the object's own key (the object lacks the label) is counted
@@ -27,10 +27,10 @@ from typing import Final
 from prometheus_client import Counter
 
 from common.deltas import Delta, DeltaType
-from common.keys import InvalidKeyError, Obj, meta_namespace_key
+from common.object_keys import InvalidKeyError, Obj, meta_namespace_key
 from common.rate_limiters import MonotonicClock
 from common.selectable_fields import header_fields
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.throttled_log import ThrottledLog
 from common.wire import DeltaEnvelope, encode_envelope
 from reflector_svc.publish_records import PendingDelta

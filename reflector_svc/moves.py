@@ -35,8 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from common.deltas import DeltaType, compare_resource_versions
+from common.deltas import DeltaType
 from common.sharding import shard_for
+from common.versions import compare_resource_versions, is_integer_version
 from common.wire import moved_in, moved_out
 from reflector_svc.placement import Placement
 from reflector_svc.publish_records import PendingDelta, PublishResult, ShardPublishResult
@@ -115,12 +116,12 @@ def _latest(copies: Sequence[tuple[int, str]], preferred: int) -> int:
     """The shard of the copy with the highest version (integers; others count as lowest),
     ``preferred`` among equals."""
     return max(
-        copies, key=lambda copy: (int(copy[1]) if _is_int(copy[1]) else -1, copy[0] == preferred)
+        copies,
+        key=lambda copy: (
+            int(copy[1]) if is_integer_version(copy[1]) else -1,
+            copy[0] == preferred,
+        ),
     )[0]
-
-
-def _is_int(text: str) -> bool:
-    return text.isascii() and text.isdigit()
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 A resource sharded by its objects' keys keeps every object on the one shard its key hashes to,
 so a key alone says where the object is. Sharded by anything the object says (its controlling
-owner, a label: :mod:`common.shard_keys`), the shard is a function of the object's *state*, and
+owner, a label: :mod:`common.shard_routing`), the shard is a function of the object's *state*, and
 a new owner or a relabel sends the object to another shard: a *move*, whose outgoing half goes
 to the shard that knows the key and whose incoming half goes to the shard the new state maps
 to (:mod:`reflector_svc.moves`). The publisher therefore has to know, for every key, which
@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from common.redis_layout.publish_scripts import parse_moving
+from common.redis_replies import as_text
 
 __all__ = ["Copy", "PendingMove", "Placement"]
 
@@ -99,8 +100,8 @@ class Placement:
         copies: dict[str, tuple[Copy, ...]] = {}
         for shard, known in enumerate(versions):
             for key, version in known.items():
-                name = _text(key)
-                copies[name] = (*copies.get(name, ()), Copy(shard, _text(version)))
+                name = as_text(key)
+                copies[name] = (*copies.get(name, ()), Copy(shard, as_text(version)))
         self._copies = copies
         self.load_pending(moving)
         self.loaded = True
@@ -111,10 +112,10 @@ class Placement:
         pending: dict[tuple[str, str], PendingMove] = {}
         for shard, entries in enumerate(moving):
             for key, value in entries.items():
-                parsed = parse_moving(_text(value))
+                parsed = parse_moving(as_text(value))
                 if parsed is not None:
                     to_shard, stream_id, rv = parsed
-                    pending[_text(key), rv] = PendingMove(shard, to_shard, stream_id, rv)
+                    pending[as_text(key), rv] = PendingMove(shard, to_shard, stream_id, rv)
         self.pending = pending
 
     def written(self, key: str, shard: int, version: str | None) -> None:
@@ -148,7 +149,3 @@ class Placement:
             return None
         del self.pending[key, rv]
         return move
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

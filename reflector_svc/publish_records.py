@@ -37,7 +37,7 @@ class PendingDelta:
     resource_version: str
     envelope: bytes
     shard_key: str | None = None
-    """What the object is sharded by (:mod:`common.shard_keys`), computed once where the
+    """What the object is sharded by (:mod:`common.shard_routing`), computed once where the
     envelope is built; ``None`` when that is its key (the default choice), so a resource sharded
     by key carries nothing more."""
 

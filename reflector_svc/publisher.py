@@ -30,7 +30,7 @@ int64 etcd revision above 2**53 still compares right); when either side is not a
 integer, only equality counts as "already have it". They are only used to skip duplicates,
 never to order.
 
-Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_keys`):
+Moves between shards (a resource sharded by something its objects say, :mod:`common.shard_routing`):
 the publisher keeps where each key lives (:mod:`reflector_svc.placement`) and writes a batch
 with moves as sub-batches, each cut after a move's outgoing half, the replay rule on in every
 one and the checkpoint moved only as far as every event before the move
@@ -61,17 +61,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout, write_layout
-from common.redis_config import is_cluster, node_client
-from common.redis_layout import CHECKPOINT_FIELDS, ResourceKeys, ShardKeys
+from common.redis_layout import ResourceKeys, ShardKeys, script_runner
+from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint, queue_checkpoint
+from common.redis_layout.lua import LuaScript
 from common.redis_layout.publish_scripts import CHECKPOINT_LUA, PUBLISH_LUA
+from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
+from common.versions import is_integer_version
 from reflector_svc.moves import MovePlan, SubBatch, Write
 from reflector_svc.placement import Placement
 from reflector_svc.publish_records import (
@@ -85,20 +86,6 @@ from reflector_svc.publish_records import (
 __all__ = ["ShardCheckpoint", "ShardPublisher"]
 
 _BY_KEY = ShardKeyChoice()
-
-
-@dataclass(frozen=True)
-class ShardCheckpoint:
-    """One shard's checkpoint hash, decoded (``docs/architecture.md``)."""
-
-    rv: str | None
-    """Every event up to this RV is on the shard's stream; ``None`` before the first list."""
-    fence: int
-    """The highest leader epoch seen (0 when never fenced)."""
-    synced_rv: str | None
-    """The list RV of the last completed relist."""
-    relisting: bool
-    """A relist diff was started and not finished: the known state may be half-updated."""
 
 
 class ShardPublisher:
@@ -143,10 +130,8 @@ class ShardPublisher:
             (keys.stream, keys.versions, keys.objects, keys.checkpoint, keys.moving)
             for keys in self.shards
         )
-        # Registered once; their SHA1 is what every call sends. Outside a pipeline the Script
-        # object reloads on NOSCRIPT itself; in a pipeline see _run.
-        self._publish_script: Script = client.register_script(PUBLISH_LUA)
-        self._checkpoint_script: Script = client.register_script(CHECKPOINT_LUA)
+        self._publish_script = PUBLISH_LUA
+        self._checkpoint_script = CHECKPOINT_LUA
 
     def shard_of(self, key: str) -> int:
         """The shard owning cache key ``key`` by the resource's shard key, when the key names it
@@ -228,7 +213,7 @@ class ShardPublisher:
             plan.record(
                 sub,
                 {
-                    shard: tuple(_text(stream_id) or None for stream_id in reply[1:])
+                    shard: tuple(as_text(stream_id) or None for stream_id in reply[1:])
                     for shard, reply in zip(groups, replies, strict=True)
                 },
             )
@@ -289,7 +274,7 @@ class ShardPublisher:
         results: dict[int, ShardPublishResult] = {}
         by_type: collections.Counter[DeltaType] = collections.Counter()
         for (shard, group), reply in zip(groups.items(), replies, strict=True):
-            stream_ids = tuple(_text(stream_id) or None for stream_id in reply[1:])
+            stream_ids = tuple(as_text(stream_id) or None for stream_id in reply[1:])
             results[shard] = ShardPublishResult(shard, stream_ids)
             for delta, stream_id in zip(group, stream_ids, strict=True):
                 if stream_id is not None:
@@ -340,21 +325,8 @@ class ShardPublisher:
         """Every shard's checkpoint, index = shard (one round trip)."""
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
-            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
-        return self._checkpoints(pipe.execute())
-
-    def _checkpoints(self, replies: Sequence[Any]) -> list[ShardCheckpoint]:
-        checkpoints = []
-        for rv, fence, synced_rv, relisting in replies:
-            checkpoints.append(
-                ShardCheckpoint(
-                    rv=_text(rv),
-                    fence=int(fence) if fence is not None else 0,
-                    synced_rv=_text(synced_rv),
-                    relisting=_text(relisting) == "1",
-                )
-            )
-        return checkpoints
+            queue_checkpoint(pipe, keys)
+        return [decode_checkpoint(reply) for reply in pipe.execute()]
 
     def resume_point(self) -> ResumePoint:
         """Where to continue: the *lowest* shard checkpoint, so that no shard misses an event.
@@ -369,13 +341,13 @@ class ShardPublisher:
         """
         pipe = self._client.pipeline(transaction=False)
         for keys in self.shards:
-            pipe.hmget(keys.checkpoint, CHECKPOINT_FIELDS)
+            queue_checkpoint(pipe, keys)
         placed = not self.shard_key.key_names_shard
         if placed:
             self._queue_placement(pipe)
         replies = pipe.execute()
         count = self.shard_count
-        checkpoints = self._checkpoints(replies[:count])
+        checkpoints = [decode_checkpoint(reply) for reply in replies[:count]]
         self._placement = self._placement_of(replies[count:]) if placed else None
         self._strays_possible = any(checkpoint.relisting for checkpoint in checkpoints)
         rvs = [checkpoint.rv for checkpoint in checkpoints]
@@ -383,7 +355,7 @@ class ShardPublisher:
         present = [rv for rv in rvs if rv is not None]
         if len(present) < len(rvs):
             return ResumePoint(None, True)
-        if all(rv.isdigit() and rv.isascii() for rv in present):
+        if all(is_integer_version(rv) for rv in present):
             return ResumePoint(min(present, key=int), relisting)
         if len(set(present)) == 1:
             return ResumePoint(present[0], relisting)
@@ -435,7 +407,7 @@ class ShardPublisher:
         known: dict[str, str] = {}
         for versions in per_shard:
             for key, version in versions.items():
-                known[_str(key)] = _str(version)
+                known[as_text(key)] = as_text(version)
         if (
             self.shard_key.key_names_shard
             and not any(moving)
@@ -477,7 +449,7 @@ class ShardPublisher:
         shard_of_key = self.shard_key.shard_of_key
         count = self.shard_count
         return any(
-            shard_of_key(_str(key), count) != shard
+            shard_of_key(as_text(key), count) != shard
             for shard, versions in enumerate(per_shard)
             for key in versions
         )
@@ -513,24 +485,20 @@ class ShardPublisher:
     def _run(self, calls: Sequence[_Call]) -> list[Any]:
         """Run ``calls`` in one pipelined round trip; return their replies, in order.
 
-        ``EVALSHA`` straight into the pipeline. redis-py's own ``Script`` in a pipeline sends a
-        blocking ``SCRIPT EXISTS`` before every ``execute`` -- a second round trip per batch.
-        Instead, when Redis lost the scripts (restart, failover, ``SCRIPT FLUSH``), they are
-        loaded and the whole pipeline runs again: every call is idempotent, so the calls that
-        did run (none, in practice) skip on the second pass.
-
-        With a :class:`~common.replica_wait.ReplicaWait`, the round trip ends with its ``WAIT``
-        (module docstring); too few replicas raise
+        :func:`~common.redis_layout.script_runner.run_pipelined` sends them (``EVALSHA``
+        straight into the pipeline, and when Redis lost the scripts the whole round trip again:
+        every call is idempotent, so the calls that did run -- none, in practice -- skip on the
+        second pass). With a :class:`~common.replica_wait.ReplicaWait`, the round trip ends
+        with its ``WAIT`` (module docstring); too few replicas raise
         :class:`~common.replica_wait.ReplicationShortfallError`, after a fence (the stronger
         news) and a shard's error were looked for.
         """
         if not calls:
             return []
-        replies, waited = self._execute_all(calls)
-        if any(isinstance(reply, NoScriptError) for reply in replies):
-            for script in {id(call.script): call.script for call in calls}.values():
-                script.sha = self._client.script_load(script.script)
-            replies, waited = self._execute_all(calls)
+        if self._wait.enabled:
+            replies, waited = script_runner.run_pipelined(self._client, calls, self._wait)
+        else:
+            replies, waited = self._execute(calls), []
         fenced = [
             (call, reply)
             for call, reply in zip(calls, replies, strict=True)
@@ -550,52 +518,9 @@ class ShardPublisher:
             self._wait.check(reply, f"publishing {self.resource}")
         return replies
 
-    def _execute_all(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
-        """The calls' replies, in order, and the replies of the ``WAIT`` commands that followed
-        them (none without a :class:`~common.replica_wait.ReplicaWait`)."""
-        if not self._wait.enabled:
-            return self._execute(calls), []
-        if is_cluster(self._client):
-            return self._execute_per_node(calls)
-        pipe = self._queue(self._client, calls)
-        self._wait.queue(pipe)  # same connection, after every call: confirms them all
-        *replies, waited = pipe.execute(raise_on_error=False)
-        return replies, [waited]
-
     def _execute(self, calls: Sequence[_Call]) -> list[Any]:
         """The calls' replies, in order: one pipelined round trip, no ``WAIT``."""
-        replies: list[Any] = self._queue(self._client, calls).execute(raise_on_error=False)
-        return replies
-
-    @staticmethod
-    def _queue(client: redis.Redis, calls: Sequence[_Call]) -> Any:
-        """A pipeline on ``client`` holding ``calls``."""
-        pipe = client.pipeline(transaction=False)
-        # execute_command rather than pipe.evalsha, which redis-py's Cluster pipeline refuses
-        # outright; both route EVALSHA by its keys (one shard, one slot). Unannotated in redis-py.
-        queue: Any = pipe.execute_command
-        for call in calls:
-            queue("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        return pipe
-
-    def _execute_per_node(self, calls: Sequence[_Call]) -> tuple[list[Any], list[Any]]:
-        """Redis Cluster with a ``WAIT``: one pipeline per primary serving the calls' shards,
-        each ending with its ``WAIT`` (a cluster pipeline cannot route a command without keys,
-        and only that primary's replicas matter for its writes)."""
-        by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
-        for index, call in enumerate(calls):
-            node = node_client(self._client, call.keys[0])
-            by_node.setdefault(id(node), (node, []))[1].append(index)
-        replies: list[Any] = [None] * len(calls)
-        waited: list[Any] = []
-        for node, indexes in by_node.values():
-            pipe = self._queue(node, [calls[index] for index in indexes])
-            self._wait.queue(pipe)
-            *node_replies, node_waited = pipe.execute(raise_on_error=False)
-            for index, reply in zip(indexes, node_replies, strict=True):
-                replies[index] = reply
-            waited.append(node_waited)
-        return replies, waited
+        return script_runner.run_pipelined(self._client, calls)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,7 +528,7 @@ class _Call:
     """One script call on one shard, as it goes into the pipeline."""
 
     shard: int
-    script: Script
+    script: LuaScript
     keys: tuple[str, ...]
     args: Sequence[str | bytes]
 
@@ -611,16 +536,6 @@ class _Call:
 def _check_epoch(epoch: int) -> None:
     if type(epoch) is not int or epoch < 0:
         raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:

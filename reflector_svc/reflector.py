@@ -2,20 +2,17 @@
 
 This is client-go's Reflector (reference section 1) with two changes that matter to users:
 
-* **Relists announce only real changes.** After any relist the fresh list is diffed against the
-  known state in Redis (:func:`common.deltas.relist_diff`): new keys are ``Added``, changed
-  resourceVersions ``Updated``, vanished keys ``Deleted`` with a tombstone carrying the last
-  known object — and unchanged objects produce nothing. So a 410 or a restart costs one LIST,
-  not a storm of fake updates downstream.
-* **A broken watch is resumed, not relisted.** client-go relists after most watch errors; we
-  re-watch from the last resourceVersion (checkpointed in Redis), and relist only when the
-  server says that version is gone (410) or when a watch closes at once with nothing.
+* **Relists announce only real changes**: a fresh list is diffed against the known state in
+  Redis, so a 410 or a restart costs one LIST, not a storm of fake updates downstream
+  (:mod:`reflector_svc.relist`).
+* **A broken watch is resumed, not relisted**, unless the server says that version is gone
+  (410) or a watch closes at once with nothing (:mod:`reflector_svc.watch_errors`).
 * **Objects go where their resource's shard key sends them.** A resource sharded by owner or
   label (``--resource configmaps?shardKey=owner``) publishes each object on the shard its state
   maps to; the publisher moves it when that changes (:mod:`reflector_svc.moves`), and a relist
   moves the unchanged objects a new shard key places elsewhere. The leader records the
-  resource's layout (shard count, shard key, kind, apiVersion, scope: ``ib:{R}:layout``) before
-  its first publish; when the recorded shard key is not its own, it relists first.
+  resource's layout before its first publish; when the recorded shard key is not its own, it
+  relists first (:mod:`reflector_svc.layout_record`).
 * **A bad watch line costs a re-watch.** A line that is not a usable event ends the watch right
   after the events before it (as client-go's decoder does); the reflector counts and logs it,
   waits a moment and re-watches from the last event it published, so the server sends the
@@ -38,50 +35,37 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-import redis
-
 from common.backoff import Backoff
-from common.deltas import relist_diff, resource_version
-from common.keys import Obj
+from common.object_keys import Obj
 from common.publication import ResourceLayout
-from common.replica_wait import ReplicationShortfallError
-from common.shard_keys import ShardKeyChoice
-from common.wire import WireDecodeError, decode_envelope
-from reflector_svc.api_errors import (
-    ApiUnavailableError,
-    KubeError,
-    MalformedWatchEventError,
-    ResourceExpiredError,
-    TooLargeResourceVersionError,
-    TooManyRequestsError,
-    WatchInactiveError,
-    WatchListUnsupportedError,
-)
+from common.shard_routing import ShardKeyChoice
+from common.versions import is_integer_version, resource_version
+from reflector_svc.api_errors import MalformedWatchEventError, WatchListUnsupportedError
 from reflector_svc.bad_lines import BadLinePolicy
 from reflector_svc.delta_builder import DeltaBuilder
+from reflector_svc.layout_record import LayoutSink, record_layout
 from reflector_svc.metrics import ReflectorMetrics
-from reflector_svc.pager import ContinueExpiredError, ListInterruptedError, follow_pages
 from reflector_svc.pipeline import PublishPipeline
 from reflector_svc.publish_records import FencedError, PendingDelta, PublishResult, ResumePoint
+from reflector_svc.relist import Lister, Relister, RelistSink
 from reflector_svc.transform import Transform
-from reflector_svc.watch_events import INITIAL_EVENTS_END, ListPage, WatchEvent
+from reflector_svc.watch_errors import RelistNeeded, WatchErrorPolicy
+from reflector_svc.watch_events import WatchEvent
 
 __all__ = [
     "DeltaSink",
     "ListerWatcher",
     "Reflector",
     "ReflectorOptions",
-    "WatchStream",
+    "Watch",
 ]
 
 log = logging.getLogger(__name__)
 
-_SHORTFALL_LOG_INTERVAL = 30.0
-"""Seconds between two warnings about publishes the replicas did not confirm."""
 
-
-class WatchStream(AbstractContextManager["WatchStream"], Protocol):
-    """An open watch: events in batches as they arrive; ``close`` works from any thread."""
+class Watch(AbstractContextManager["Watch"], Protocol):
+    """An open watch: events in batches as they arrive; ``close`` works from any thread
+    (:class:`reflector_svc.watch_stream.WatchStream`; in tests ``tests/support/fake_source.py``)."""
 
     def batches(self) -> Iterator[list[WatchEvent]]: ...
 
@@ -93,19 +77,11 @@ class WatchStream(AbstractContextManager["WatchStream"], Protocol):
     def close(self) -> None: ...
 
 
-class ListerWatcher(Protocol):
+class ListerWatcher(Lister, Protocol):
     """The reflector's view of the Kubernetes API
     (:class:`reflector_svc.lister_watcher.KubeSource`; in tests
-    ``tests/support/fake_source.py``)."""
-
-    def list_page(
-        self,
-        *,
-        resource_version: str | None,
-        limit: int,
-        continue_token: str | None,
-        timeout: float,
-    ) -> ListPage: ...
+    ``tests/support/fake_source.py``): the list's side is the relist's
+    (:class:`~reflector_svc.relist.Lister`)."""
 
     def watch(
         self,
@@ -114,14 +90,16 @@ class ListerWatcher(Protocol):
         send_initial_events: bool,
         timeout_seconds: int,
         inactivity_timeout: float,
-    ) -> WatchStream:
+    ) -> Watch:
         """A watch with bookmarks (the reflector always wants them: they move its resume
         point), from ``resource_version``, or a watch-list with ``send_initial_events``."""
 
 
-class DeltaSink(Protocol):
+class DeltaSink(RelistSink, LayoutSink, Protocol):
     """The reflector's view of Redis (:class:`reflector_svc.publisher.ShardPublisher`; in tests
-    ``tests/support/fake_source.py``)."""
+    ``tests/support/fake_source.py``); the relist's side
+    (:class:`~reflector_svc.relist.RelistSink`) and the layout's
+    (:class:`~reflector_svc.layout_record.LayoutSink`) are declared where they are used."""
 
     def fence(self, epoch: int) -> None: ...
 
@@ -133,26 +111,7 @@ class DeltaSink(Protocol):
 
     def advance_checkpoints(self, epoch: int, rv: str) -> None: ...
 
-    def known_versions(self) -> dict[str, str]: ...
-
-    def last_objects(self, keys: Iterable[str]) -> dict[str, bytes]: ...
-
-    def begin_relist(self, epoch: int) -> None: ...
-
     def finish_relist(self, epoch: int, list_rv: str) -> None: ...
-
-    @property
-    def tracks_placement(self) -> bool:
-        """Objects may be on another shard than their state maps to (then a relist asks
-        :meth:`misplaced` about every unchanged object)."""
-
-    def misplaced(self, key: str, shard_key: str | None) -> bool: ...
-
-    def recorded_layout(self) -> ResourceLayout | None:
-        """The layout the last leader recorded; ``None`` when none did; ``ValueError`` when
-        it is unusable."""
-
-    def record_layout(self, layout: ResourceLayout) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +137,6 @@ class ReflectorOptions:
     batch_max: int
     checkpoint_interval: float
     max_object_bytes: int
-
-
-class _RelistNeeded(Exception):
-    """The watch ended in a way that means state may have been missed."""
 
 
 class Reflector:
@@ -217,8 +172,7 @@ class Reflector:
         self._metrics = metrics
         self._rng = rng or random.Random()
         self._monotonic = monotonic
-        self._shortfalls = 0
-        self._shortfall_logged_at: float | None = None
+        self._errors = WatchErrorPolicy(resource, metrics, monotonic)
         self._deltas = DeltaBuilder(
             resource,
             kind,
@@ -245,9 +199,23 @@ class Reflector:
         self._bad_lines = BadLinePolicy(self._rng)
         self._stop = threading.Event()
         self._stream_lock = threading.Lock()
-        self._stream: WatchStream | None = None
+        self._stream: Watch | None = None
         self._pipeline: PublishPipeline | None = None
         self.synced = threading.Event()
+        self._lists = Relister(
+            resource=resource,
+            source=source,
+            sink=sink,
+            deltas=self._deltas,
+            metrics=metrics,
+            page_size=options.page_size,
+            request_timeout=options.request_timeout,
+            batch_max=options.batch_max,
+            publish=lambda batch: self._publish(batch, checkpoint_rv=None),
+            flush=lambda: self._fresh_pipeline().flush(),
+            stopped=self._stopping,
+            refused=self._list_latest,
+        )
 
     # --- control --------------------------------------------------------------------------
 
@@ -320,67 +288,17 @@ class Reflector:
             self._list_and_watch()
         except FencedError:
             raise
-        except ListInterruptedError:
-            # The LIST is abandoned: the shards stay marked ``relisting``, so whoever leads
-            # next lists again.
-            return 0.0
-        except TooManyRequestsError as exc:
-            self._count_error("throttled")
-            log.warning("%s: throttled by the API server (429)", self.resource)
-            return max(exc.retry_after or 0.0, backoff.next_delay())
-        except ResourceExpiredError as exc:
-            self._metrics.expired.labels(**self._label).inc()
-            log.info("%s: resourceVersion expired (%s); relisting", self.resource, exc)
-            self._needs_list = True
-        except _RelistNeeded as exc:
-            log.info("%s: relisting: %s", self.resource, exc)
-            self._needs_list = True
-        except (WatchInactiveError, ApiUnavailableError) as exc:
-            self._count_error(type(exc).__name__)
-            log.warning("%s: %s; re-watching from rv %s", self.resource, exc, self.last_rv)
-        except KubeError as exc:
-            self._count_error(type(exc).__name__)
-            log.warning("%s: %s; relisting after a backoff", self.resource, exc)
-            self._needs_list = True
-        except redis.RedisError as exc:
-            self._redis_failed(exc)
-        except Exception as exc:  # a bug: never crash-loop, never hang
-            self._count_error(type(exc).__name__)
-            log.exception("%s: list/watch failed: %s", self.resource, exc)
+        except Exception as exc:
+            recovery = self._errors.recovery(exc, self.last_rv)
+            self._needs_list = self._needs_list or recovery.relist
+            self._resume_from_redis = self._resume_from_redis or recovery.resume_from_redis
+            if recovery.at_once:
+                return 0.0
+            if recovery.wait_at_least is not None:
+                return max(recovery.wait_at_least, backoff.next_delay())
         if self._stop.is_set():
             return 0.0
         return backoff.next_delay()
-
-    def _redis_failed(self, exc: redis.RedisError) -> None:
-        """A publish (or a read of Redis) failed: continue from the checkpoints Redis holds.
-
-        Expected while Redis restarts or fails over: no traceback, just keep retrying. A write
-        the primary took but too few replicas confirmed is no more published than one that
-        failed, as far as the resume point goes (the publisher's replay rules skip whatever
-        the primary kept); it is counted and logged on its own."""
-        self._resume_from_redis = True
-        if isinstance(exc, ReplicationShortfallError):
-            self._metrics.publish_wait_shortfalls.labels(**self._label).inc()
-            self._shortfall_log(exc)
-            return
-        self._count_error("redis")
-        log.warning("%s: Redis unavailable (%s); retrying", self.resource, exc)
-
-    def _shortfall_log(self, exc: ReplicationShortfallError) -> None:
-        """One warning per :data:`_SHORTFALL_LOG_INTERVAL` while replicas lag or are gone,
-        saying how many more there were (the metric counts every one)."""
-        self._shortfalls += 1
-        now = self._monotonic()
-        if self._shortfall_logged_at is not None and (
-            now - self._shortfall_logged_at < _SHORTFALL_LOG_INTERVAL
-        ):
-            return
-        more = self._shortfalls - 1
-        self._shortfalls, self._shortfall_logged_at = 0, now
-        log.warning(
-            "%s: %s; not counted as published, retrying from Redis's checkpoints%s",
-            self.resource, exc, f" ({more} more since the last such line)" if more else "",
-        )  # fmt: skip
 
     def _load_resume_point(self) -> None:
         """Continue from the checkpoints Redis holds rather than from what it confirmed to us:
@@ -389,51 +307,10 @@ class Reflector:
         again (the per-key skip drops what survived)."""
         resume = self._sink.resume_point()
         if self.layout is not None:
-            resume = self._record_layout(self.layout, resume)
+            resume = record_layout(self._sink, self._epoch, self.resource, self.layout, resume)
         self.last_rv = resume.resource_version
         self._needs_list = resume.needs_relist or resume.resource_version is None
         self._resume_from_redis = False
-
-    def _record_layout(self, layout: ResourceLayout, resume: ResumePoint) -> ResumePoint:
-        """Record this leader's layout; when the objects were sharded by another shard key,
-        first mark every shard relisting, so that this leader (or, should it die before, the
-        next) relists and the relist moves every object to the shard its state maps to.
-
-        A resource without a recorded layout was published by a reflector from before layouts,
-        which sharded by key. A recorded shard count that is not ours is logged (changing it is
-        an operation of its own: docs/operations.md, "Changing the shard count"), not acted on.
-        """
-        try:
-            recorded = self._sink.recorded_layout()
-        except ValueError as exc:
-            log.warning("%s: %s; relisting", self.resource, exc)
-            recorded, known = None, False
-        else:
-            known = True
-        if recorded is not None and recorded.shard_count != layout.shard_count:
-            log.error(
-                "%s: the recorded layout has %d shards, this reflector writes %d: processors "
-                "configured for %d read the wrong shards (docs/operations.md, 'Changing the "
-                "shard count')",
-                self.resource, recorded.shard_count, layout.shard_count, recorded.shard_count,
-            )  # fmt: skip
-        previous = recorded.shard_key if recorded is not None else ShardKeyChoice()
-        published = recorded is not None or resume.resource_version is not None
-        if not known or (published and previous != layout.shard_key):
-            if known:
-                log.warning(
-                    "%s: objects are sharded by %s, this leader shards by %s: relisting so "
-                    "that every object moves to its shard",
-                    self.resource, previous, layout.shard_key,
-                )  # fmt: skip
-            if not resume.needs_relist:
-                self._sink.begin_relist(self._epoch)
-                resume = ResumePoint(resume.resource_version, True)
-        self._sink.record_layout(layout)
-        return resume
-
-    def _count_error(self, kind: str) -> None:
-        self._metrics.errors.labels(resource=self.resource, kind=kind).inc()
 
     # --- ListAndWatch ---------------------------------------------------------------------
 
@@ -460,24 +337,7 @@ class Reflector:
         self._fresh_pipeline().flush()  # the diff must see everything already submitted
         self._sink.begin_relist(self._epoch)
         known = self._sink.known_versions()
-        first, requested_rv = self._first_page(self._list_resource_version(known))
-        try:
-            changes = self._publish_relist(
-                self._all_pages(first), known, snapshot_rv=first.resource_version
-            )
-            list_rv = first.resource_version
-        except ContinueExpiredError:
-            # 1.6: the continue token expired mid-list: one unpaginated LIST at the original RV,
-            # diffed from scratch (what the first pages published stays valid: every publish
-            # is idempotent per key, and the fresh diff sees it in the known state).
-            self._metrics.expired.labels(**self._label).inc()
-            page = self._page(resource_version=requested_rv, continue_token=None, limit=0)
-            self._fresh_pipeline().flush()  # the fresh diff, and where keys are, see it all
-            known = self._sink.known_versions()
-            changes = self._publish_relist(
-                self._deltas.prepared(page.items), known, snapshot_rv=page.resource_version
-            )
-            list_rv = page.resource_version
+        list_rv, changes = self._lists.list_and_diff(known, self._list_resource_version(known))
         self._finish_relist(list_rv, changes)
 
     def _finish_relist(self, list_rv: str, changes: int) -> None:
@@ -492,6 +352,14 @@ class Reflector:
         self._metrics.synced.labels(**self._label).set(1)
         log.info("%s: synced at rv %s (%d changes published)", self.resource, list_rv, changes)
 
+    def _stopping(self) -> bool:
+        return self._stop.is_set()  # not bound once: each run brings its stop event
+
+    def _list_latest(self) -> None:
+        """A list at the resourceVersion asked for was refused (410, "too large"): until a
+        list completes, lists ask for the latest state."""
+        self._rv_unavailable = True
+
     def _list_resource_version(self, known: Mapping[str, str]) -> str:
         """1.4, with one rule of ours: never list older than what the shards already hold.
 
@@ -501,90 +369,10 @@ class Reflector:
         """
         if self._rv_unavailable:
             return ""
-        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and rv.isdigit()]
+        candidates = [rv for rv in (self.last_rv, *known.values()) if rv and is_integer_version(rv)]
         if candidates:
             return max(candidates, key=int)
         return self.last_rv if self.last_rv is not None else "0"
-
-    def _all_pages(self, first: ListPage) -> Iterator[Obj]:
-        """Every object of a consistent paginated LIST, starting from its first page."""
-
-        def next_page(token: str) -> ListPage:
-            return self._page(resource_version=None, continue_token=token)
-
-        for page in follow_pages(first, next_page, stopped=self._stop.is_set):
-            yield from self._deltas.prepared(page.items)
-
-    def _first_page(self, resource_version: str) -> tuple[ListPage, str]:
-        """The first page, and the resourceVersion it was finally asked at."""
-        try:
-            return self._page(resource_version=resource_version, continue_token=None), (
-                resource_version
-            )
-        except (ResourceExpiredError, TooLargeResourceVersionError) as exc:
-            # 1.7: the RV we asked for is gone (or not there yet): ask for the latest state.
-            if resource_version == "":
-                raise
-            self._metrics.expired.labels(**self._label).inc()
-            log.info("%s: list at rv %r refused (%s); listing the latest", self.resource,
-                     resource_version, exc)  # fmt: skip
-            self._rv_unavailable = True
-            return self._page(resource_version="", continue_token=None), ""
-
-    def _page(
-        self, *, resource_version: str | None, continue_token: str | None, limit: int | None = None
-    ) -> ListPage:
-        return self._source.list_page(
-            resource_version=resource_version,
-            limit=self._options.page_size if limit is None else limit,
-            continue_token=continue_token,
-            timeout=self._options.request_timeout,
-        )
-
-    def _publish_relist(
-        self, objects: Iterable[Obj], known: Mapping[str, str], *, snapshot_rv: str
-    ) -> int:
-        published = 0
-        batch: list[PendingDelta] = []
-        # The shard key of an unchanged object asked about (moved below), kept for its delta
-        # when it moved: relist_diff yields that delta right after asking.
-        asked: dict[str, str | None] = {}
-
-        def moved(key: str, obj: Obj) -> bool:
-            shard_key = self._deltas.shard_key_of(obj, key)
-            if not self._sink.misplaced(key, shard_key):
-                return False
-            asked[key] = shard_key
-            return True
-
-        diff = relist_diff(
-            objects, known, self._last_known_objects, snapshot_rv=snapshot_rv,
-            moved=moved if self._sink.tracks_placement else None,
-        )  # fmt: skip
-        for key, delta in diff:
-            pending = self._deltas.pending(delta, asked.pop(key, ...))
-            if pending is None:
-                continue
-            batch.append(pending)
-            if len(batch) >= self._options.batch_max:
-                self._publish(batch, checkpoint_rv=None)
-                published += len(batch)
-                batch = []
-        if batch:
-            self._publish(batch, checkpoint_rv=None)
-            published += len(batch)
-        return published
-
-    def _last_known_objects(self, keys: list[str]) -> dict[str, Obj | None]:
-        """The objects published last for vanished keys: what their tombstones carry."""
-        found: dict[str, Obj | None] = {}
-        for key, data in self._sink.last_objects(keys).items():
-            try:
-                found[key] = decode_envelope(data).obj
-            except WireDecodeError as exc:
-                self._deltas.bad_input("corrupt_known_state", f"{key}: {exc}")
-                found[key] = None
-        return found
 
     def _watch_list(self) -> None:
         """1.13: a streaming list (initial events, then the initial-events-end bookmark),
@@ -596,43 +384,16 @@ class Reflector:
         initial: list[Obj] = []
         with self._open_watch("watch-list", send_initial_events=True) as stream:
             batches = stream.batches()
-            done_rv = self._initial_events(batches, initial)
+            done_rv = self._lists.initial_events(batches, initial)
             if done_rv is not None:
-                published = self._publish_relist(initial, known, snapshot_rv=done_rv)
+                published = self._lists.publish_diff(initial, known, snapshot_rv=done_rv)
                 self._finish_relist(done_rv, published)
                 initial.clear()
                 self._consume(batches, stream)  # a bad line from here on: re-watch
                 return
-        raise _RelistNeeded("the watch-list stream ended before its initial events were complete")
+        raise RelistNeeded("the watch-list stream ended before its initial events were complete")
 
-    def _initial_events(
-        self, batches: Iterator[list[WatchEvent]], initial: list[Obj]
-    ) -> str | None:
-        """Collect a watch-list's initial events into ``initial``; returns the RV of its
-        initial-events-end bookmark, ``None`` if the stream ended before it."""
-        try:
-            for events in batches:
-                done_rv = None
-                for event in events:
-                    if event.type == "BOOKMARK":
-                        annotations = event.obj.get("metadata", {}).get("annotations") or {}
-                        if annotations.get(INITIAL_EVENTS_END) == "true":
-                            done_rv = resource_version(event.obj)
-                    elif event.type == "ADDED":
-                        prepared = self._deltas.prepare(event.obj)
-                        if prepared is not None:
-                            initial.append(prepared)
-                if done_rv is not None:
-                    return done_rv
-        except MalformedWatchEventError as bad:
-            # No position to resume from before the list is complete: it starts over.
-            self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
-            log.warning("%s: bad line in the initial events of a watch-list (%s)",
-                        self.resource, bad)  # fmt: skip
-            raise _RelistNeeded("the watch-list's initial events were cut short") from bad
-        return None
-
-    def _open_watch(self, reason: str, *, send_initial_events: bool = False) -> WatchStream:
+    def _open_watch(self, reason: str, *, send_initial_events: bool = False) -> Watch:
         self._fresh_pipeline().flush()  # resume exactly after what Redis has confirmed
         self._metrics.watch_restarts.labels(resource=self.resource, reason=reason).inc()
         stream = self._source.watch(
@@ -664,13 +425,14 @@ class Reflector:
             if self._stop.is_set():
                 return
             if events == 0 and self._monotonic() - started < 1.0:
-                raise _RelistNeeded("the watch closed at once with no events")
+                raise RelistNeeded("the watch closed at once with no events")
             reason = "closed"
 
     def _after_bad_line(self, bad: MalformedWatchEventError) -> None:
         """Count and log a bad line that ended the watch, then wait briefly before the
-        re-watch from the last event published; raises :class:`_RelistNeeded` when the same
-        position failed :data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row."""
+        re-watch from the last event published; raises
+        :class:`~reflector_svc.watch_errors.RelistNeeded` when the same position failed
+        :data:`~reflector_svc.bad_lines.BAD_LINE_RELIST_AFTER` times in a row."""
         self._metrics.bad_watch_lines.labels(resource=self.resource, reason=bad.reason).inc()
         self._fresh_pipeline().flush()  # last_rv: the last event before the bad line
         rv = self.last_rv
@@ -679,12 +441,12 @@ class Reflector:
         if delay is None:
             log.warning("%s: bad watch line after rv %s (%s), %d in a row there; relisting",
                         self.resource, rv, bad, failures)  # fmt: skip
-            raise _RelistNeeded(f"re-watching from rv {rv} failed {failures} times in a row")
+            raise RelistNeeded(f"re-watching from rv {rv} failed {failures} times in a row")
         log.warning("%s: bad watch line after rv %s (%s); re-watching from rv %s in %.2f s",
                     self.resource, rv, bad, rv, delay)  # fmt: skip
         self._stop.wait(delay)
 
-    def _consume(self, batches: Iterable[list[WatchEvent]], stream: WatchStream) -> int:
+    def _consume(self, batches: Iterable[list[WatchEvent]], stream: Watch) -> int:
         """Publish the events of each arriving batch; returns how many events were seen.
         Each batch says whether the next is already waiting (``stream.more_waiting``), so the
         publisher may wait for it (:mod:`reflector_svc.pipeline`)."""
@@ -743,7 +505,7 @@ class Reflector:
 
     def _advance(self, rv: str) -> None:
         self.last_rv = rv
-        if rv.isdigit():
+        if is_integer_version(rv):
             self._metrics.last_resource_version.labels(**self._label).set(int(rv))
 
     def _maybe_checkpoint_all(self) -> None:

@@ -53,6 +53,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from common.redis_layout import ShardKeys
+from common.redis_replies import as_text
 from reflector_svc.group_lag import GroupLags, shard_group_lags
 
 __all__ = ["RetentionLoop", "TrimResult", "trim_shard"]
@@ -176,8 +177,8 @@ def _group_floors(
     floors: dict[str, _Floor] = {}
     for group in groups:
         undelivered = _successor(_parse_id(group["last-delivered-id"]))
-        floors[_text(group["name"])] = (undelivered, undelivered)
-    pending = [_text(group["name"]) for group in groups if group["pending"]]
+        floors[as_text(group["name"])] = (undelivered, undelivered)
+    pending = [as_text(group["name"]) for group in groups if group["pending"]]
     if pending:
         pipe = client.pipeline(transaction=False)
         for name in pending:
@@ -193,10 +194,6 @@ def _lowest_floor(floors: dict[str, _Floor]) -> tuple[int, int]:
     return min(needed for needed, _ in floors.values())
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _check_bounds(min_entries: int, hard_max_entries: int) -> None:
     if not 0 <= min_entries <= hard_max_entries:
         raise ValueError(
@@ -205,7 +202,7 @@ def _check_bounds(min_entries: int, hard_max_entries: int) -> None:
 
 
 def _parse_id(value: bytes | str) -> tuple[int, int]:
-    text = value.decode() if isinstance(value, bytes) else value
+    text = as_text(value)
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
 

@@ -14,7 +14,7 @@ import functools
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import kubernetes.client
 from prometheus_client import CollectorRegistry
@@ -324,18 +324,6 @@ class ReflectorService:
 
 
 def reflector_options(settings: ReflectorSettings) -> ReflectorOptions:
-    """The part of the service's settings a :class:`Reflector` is tuned by."""
-    return ReflectorOptions(
-        page_size=settings.page_size,
-        watch_list=settings.watch_list,
-        watch_timeout_min=settings.watch_timeout_min,
-        watch_timeout_max=settings.watch_timeout_max,
-        inactivity_timeout=settings.inactivity_timeout,
-        request_timeout=settings.request_timeout,
-        backoff_initial=settings.backoff_initial,
-        backoff_max=settings.backoff_max,
-        backoff_reset=settings.backoff_reset,
-        batch_max=settings.batch_max,
-        checkpoint_interval=settings.checkpoint_interval,
-        max_object_bytes=settings.max_object_bytes,
-    )
+    """The part of the service's settings a :class:`Reflector` is tuned by: each option is the
+    setting of its name."""
+    return ReflectorOptions(**{f.name: getattr(settings, f.name) for f in fields(ReflectorOptions)})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.plugins import load_plugin
 
 __all__ = ["REDACTED", "Transform", "build_transform", "redact_secret", "strip_managed_fields"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from common.keys import Obj
+from common.object_keys import Obj
 
 __all__ = ["INITIAL_EVENTS_END", "ListPage", "WatchEvent"]
 

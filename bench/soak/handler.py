@@ -30,7 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 
 __all__ = ["DUMP_REQUEST", "SoakCounter"]
 

@@ -1,19 +1,29 @@
-"""The Redis layout: every key name, hash field, group and consumer name and Lua script.
+"""The Redis layout: every key name, hash field, group and consumer name, Lua script and the
+conversations that are the layout's own.
 
 Processes of different versions meet only in Redis, so what they read and write there is the
 protocol between them. It lives here, and only here: the reflector, the processors, retention,
 ``status``, ``subscribe`` and the tests take names from this package instead of spelling them.
 ``docs/architecture.md`` ("Redis layout") is the specification these modules implement.
 
-* :mod:`.keys`: key names (:class:`ShardKeys`, :class:`ResourceKeys`, and each consumer
+* :mod:`.key_names`: key names (:class:`ShardKeys`, :class:`ResourceKeys`, and each consumer
   group's own :class:`GroupKeys` and :class:`GroupShardKeys`);
 * :mod:`.names`: hash fields, consumer groups, consumer names;
-* ``*_scripts`` modules: the Lua scripts, each beside the rules it enforces.
+* ``*_scripts`` modules: the Lua scripts, each beside the rules it enforces, as
+  :class:`~.lua.LuaScript` values (the field names of :mod:`.names` formatted in at load);
+* :mod:`.script_runner`: the one way a script is sent (``EVALSHA``, ``NOSCRIPT`` recovery, an
+  optional ``WAIT``);
+* :mod:`.snapshot`: a shard's known state with its stream position, in one ``MULTI``;
+* :mod:`.checkpoint`, :mod:`.lease_reads`, :mod:`.members`: reading a checkpoint, a lease and
+  a group's members from outside their scripts.
 
-Pure: nothing here talks to Redis.
+The names, scripts and reads are pure (the caller's pipeline sends the reads); only
+:mod:`.script_runner` and :mod:`.snapshot` talk to Redis, and only the modules named here do.
+Nothing outside this package runs a script or spells a field, key or prefix
+(``tests/common/test_redis_conversations.py``).
 """
 
-from common.redis_layout.keys import (
+from common.redis_layout.key_names import (
     DEFAULT_PREFIX,
     GROUP_KEY_SUFFIXES,
     GROUP_NAME_SYNTAX,
@@ -29,6 +39,7 @@ from common.redis_layout.keys import (
     parse_resource_key,
     parse_shard_key,
     resources_key,
+    scan_pattern,
 )
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
@@ -87,4 +98,5 @@ __all__ = [
     "parse_resource_key",
     "parse_shard_key",
     "resources_key",
+    "scan_pattern",
 ]

@@ -9,9 +9,19 @@ both.
 
 from __future__ import annotations
 
+from string import Template
 from typing import Final
 
+from common.redis_layout.lua import LuaScript
+from common.redis_layout.names import LEASE_EPOCH, LEASE_HOLDER
+
 __all__ = ["ACQUIRE_OR_RENEW", "READ", "RELEASE", "RENEW"]
+
+
+def _lua(script: str) -> LuaScript:
+    """``script`` with the lease hash's field names put in for ``$HOLDER`` and ``$EPOCH``."""
+    return LuaScript(Template(script).substitute(HOLDER=LEASE_HOLDER, EPOCH=LEASE_EPOCH))
+
 
 # KEYS[1] lease hash {holder, epoch}, KEYS[2] epoch counter; ARGV[1] holder, ARGV[2] duration ms,
 # ARGV[3] the epoch the caller held last (0: none). A new epoch is the largest of the counter's
@@ -27,14 +37,14 @@ __all__ = ["ACQUIRE_OR_RENEW", "READ", "RELEASE", "RENEW"]
 # written with %.0f so that no exponent form ever reaches the fences' digit compare), above
 # every counter value issued before this rule existed.
 # Returns {held 0|1, epoch, holder, ttl ms (-1: no expiry)}.
-ACQUIRE_OR_RENEW: Final = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
+ACQUIRE_OR_RENEW: Final = _lua("""
+local holder = redis.call('HGET', KEYS[1], '$HOLDER')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0, holder, tonumber(ARGV[2])}
+  return {1, tonumber(redis.call('HGET', KEYS[1], '$EPOCH')) or 0, holder, tonumber(ARGV[2])}
 end
 if holder then
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0, holder,
+  return {0, tonumber(redis.call('HGET', KEYS[1], '$EPOCH')) or 0, holder,
           redis.call('PTTL', KEYS[1])}
 end
 local counted = redis.call('INCR', KEYS[2])
@@ -48,17 +58,17 @@ local text = string.format('%.0f', epoch)
 if epoch ~= counted then redis.call('SET', KEYS[2], text) end
 redis.call('PERSIST', KEYS[2])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'epoch', text)
+redis.call('HSET', KEYS[1], '$HOLDER', ARGV[1], '$EPOCH', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, epoch, ARGV[1], tonumber(ARGV[2])}
-"""
+""")
 
 # KEYS[1] lease hash; ARGV[1] holder, ARGV[2] duration ms, ARGV[3] the epoch we hold. Renews
 # only that very lease, never takes a free one: whoever owned the lapsed lease must stop before
 # a new ownership (and a new epoch) begins. Returns {held 0|1, epoch (0: none), holder ('':
 # none), ttl ms}.
-RENEW: Final = """
-local lease = redis.call('HMGET', KEYS[1], 'holder', 'epoch')
+RENEW: Final = _lua("""
+local lease = redis.call('HMGET', KEYS[1], '$HOLDER', '$EPOCH')
 if lease[1] == ARGV[1] and tonumber(lease[2]) == tonumber(ARGV[3]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(lease[2]), lease[1], tonumber(ARGV[2])}
@@ -67,22 +77,22 @@ if lease[1] then
   return {0, tonumber(lease[2]) or 0, lease[1], redis.call('PTTL', KEYS[1])}
 end
 return {0, 0, '', -2}
-"""
+""")
 
 # KEYS[1] lease hash; ARGV[1] holder. Returns 1 if the lease was ours and is now deleted.
-RELEASE: Final = """
-if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
+RELEASE: Final = _lua("""
+if redis.call('HGET', KEYS[1], '$HOLDER') == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
-"""
+""")
 
 # KEYS[1] lease hash, KEYS[2] epoch counter. Returns {holder or '', epoch}: the lease's epoch
 # while held, else the last epoch issued (0 if none yet).
-READ: Final = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
+READ: Final = _lua("""
+local holder = redis.call('HGET', KEYS[1], '$HOLDER')
 if holder then
-  return {holder, tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0}
+  return {holder, tonumber(redis.call('HGET', KEYS[1], '$EPOCH')) or 0}
 end
 return {'', tonumber(redis.call('GET', KEYS[2])) or 0}
-"""
+""")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from common.redis_layout.lua import LuaScript
+
 __all__ = ["HEARTBEAT", "LIVE"]
 
 # Redis's clock in ms. TIME is allowed in scripts: since Redis 5 scripts replicate their effects,
@@ -19,7 +21,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS[1] members; ARGV[1] member id, ARGV[2] ttl ms. Prunes members whose deadline passed,
 # records ours (now + ttl) and returns the live members (deadline > now), ourselves included.
-HEARTBEAT: Final = (
+HEARTBEAT: Final = LuaScript(
     NOW_MS
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -29,7 +31,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 )
 
 # KEYS[1] members. The live members (deadline > now); read-only.
-LIVE: Final = (
+LIVE: Final = LuaScript(
     NOW_MS
     + """
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')

@@ -12,6 +12,11 @@ from typing import Final
 
 # Every name here is public: the package re-exports them all (common.redis_layout).
 
+# --- a shard stream's entries ---
+STREAM_FIELD: Final = "d"
+"""The one field of every shard stream entry: its value is one wire envelope
+(:mod:`common.wire`, which sends and reads it as bytes)."""
+
 # --- a shard's checkpoint hash (written by the reflector leader only) ---
 CHECKPOINT_RV: Final = "rv"
 """Every event up to this resourceVersion is on the shard's stream."""
@@ -60,7 +65,7 @@ DEAD_LETTER_PAYLOAD: Final = "payload"
 LAYOUT_SHARD_COUNT: Final = "shard_count"
 """How many shards the reflector writes."""
 LAYOUT_SHARD_KEY: Final = "shard_key"
-"""What objects are sharded by (:class:`common.shard_keys.ShardKeyChoice`, e.g. ``owner``)."""
+"""What objects are sharded by (:class:`common.shard_routing.ShardKeyChoice`, e.g. ``owner``)."""
 LAYOUT_KIND: Final = "kind"
 """The objects' kind (``ConfigMap``): what an owner reference to one of them names."""
 LAYOUT_API_VERSION: Final = "api_version"

@@ -19,26 +19,31 @@ from __future__ import annotations
 from string import Template
 from typing import Final
 
+from common.redis_layout.lua import LuaScript
 from common.redis_layout.names import (
     CHECKPOINT_FENCE,
     CHECKPOINT_RELISTING,
     CHECKPOINT_RV,
     CHECKPOINT_SYNCED_AT,
     CHECKPOINT_SYNCED_RV,
+    STREAM_FIELD,
 )
 
 __all__ = ["CHECKPOINT_LUA", "PUBLISH_LUA", "moving_entry", "parse_moving"]
 
 
-def _with_names(script: str) -> str:
-    """``script`` with the checkpoint hash's field names put in for ``$RV``, ``$FENCE``..."""
-    return Template(script).substitute(
+def _with_names(script: str) -> LuaScript:
+    """``script`` with the checkpoint hash's and the stream entry's field names put in for
+    ``$RV``, ``$FENCE``, ... ``$FIELD``."""
+    text = Template(script).substitute(
         RV=CHECKPOINT_RV,
         FENCE=CHECKPOINT_FENCE,
         SYNCED_RV=CHECKPOINT_SYNCED_RV,
         SYNCED_AT=CHECKPOINT_SYNCED_AT,
         RELISTING=CHECKPOINT_RELISTING,
+        FIELD=STREAM_FIELD,
     )
+    return LuaScript(text)
 
 
 # Shared by both scripts: exact comparison of unsigned decimal integers given as strings.
@@ -102,7 +107,7 @@ for i = 4, #ARGV, 4 do
   end
   local id = ''
   if not skip then
-    id = redis.call('XADD', stream, '*', 'd', envelope)
+    id = redis.call('XADD', stream, '*', '$FIELD', envelope)
     if upsert then
       redis.call('HSET', versions, key, rv)
       redis.call('HSET', objects, key, envelope)

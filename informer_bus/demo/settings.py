@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from common.redis_layout import DEFAULT_PREFIX
 from common.settings import REDIS_URL_ENV, LeaseTiming, MembershipTiming, SettingsError
 from reflector_svc.resources import ResourceSpec
 
@@ -13,7 +14,7 @@ __all__ = ["ENV_PREFIX", "HANDLER", "MAX_FAILED_STARTS", "MEMBER_TTL", "PROGRAM"
 PROGRAM: Final = "informer-bus demo"
 ENV_PREFIX: Final = "INFORMER_BUS_DEMO_"
 HANDLER: Final = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"
-PRIVATE_PREFIX: Final = "ib"
+PRIVATE_PREFIX: Final = DEFAULT_PREFIX
 
 MAX_FAILED_STARTS: Final = 3
 """Deaths in a row before its caches synced after which a processor is not restarted."""

@@ -42,7 +42,19 @@ from informer_bus import (
     split_meta_namespace_key,
 )
 
-__all__ = ["CONFIG_SUFFIX", "WidgetOperator", "config_map_for", "desired_data"]
+__all__ = [
+    "CONFIG_SUFFIX",
+    "GROUP",
+    "PLURAL",
+    "VERSION",
+    "WIDGETS",
+    "WidgetOperator",
+    "config_map_for",
+    "controller_uid",
+    "desired_data",
+    "is_stale",
+    "status_for",
+]
 
 GROUP: Final = "example.com"
 VERSION: Final = "v1"
@@ -91,12 +103,30 @@ def _owner_reference(widget: Obj) -> dict[str, Any]:
     }
 
 
-def _controller_uid(config_map: Obj) -> str | None:
+def controller_uid(config_map: Obj) -> str | None:
+    """The uid of the Widget that controls ``config_map`` (``None``: no Widget does)."""
     for reference in config_map.get("metadata", {}).get("ownerReferences") or ():
         if reference.get("controller") and reference.get("kind") == "Widget":
             uid = reference.get("uid")
             return uid if isinstance(uid, str) else None
     return None
+
+
+def is_stale(config_map: Obj, widget: Obj) -> bool:
+    """Whether the Widget's ConfigMap must be replaced: other data, or another controller."""
+    return (
+        config_map.get("data") != desired_data(widget)
+        or controller_uid(config_map) != widget["metadata"]["uid"]
+    )
+
+
+def status_for(widget: Obj) -> dict[str, Any]:
+    """The Widget's status once its ConfigMap is written for its current generation."""
+    metadata = widget["metadata"]
+    return {
+        "configMap": metadata["name"] + CONFIG_SUFFIX,
+        "observedGeneration": metadata.get("generation", 1),
+    }
 
 
 class WidgetOperator(Controller):
@@ -129,15 +159,12 @@ class WidgetOperator(Controller):
         widget = self.widgets.get_by_key(key)
         current = self.config_maps.get_by_key(config_key)
         if widget is None or widget["metadata"].get("deletionTimestamp"):
-            if current is not None and _controller_uid(current) is not None:
+            if current is not None and controller_uid(current) is not None:
                 self._delete(key, config_key, current)
             return
         if current is None:
             self._create(key, config_key, widget)
-        elif (
-            current.get("data") != desired_data(widget)
-            or _controller_uid(current) != widget["metadata"]["uid"]
-        ):
+        elif is_stale(current, widget):
             self._replace(key, config_key, widget, current)
         self._write_status(key, widget)
 
@@ -181,10 +208,7 @@ class WidgetOperator(Controller):
 
     def _write_status(self, key: str, widget: Obj) -> None:
         metadata = widget["metadata"]
-        status = {
-            "configMap": metadata["name"] + CONFIG_SUFFIX,
-            "observedGeneration": metadata.get("generation", 1),
-        }
+        status = status_for(widget)
         if (widget.get("status") or {}) == status:
             return
         # A merge patch of the status subresource carries no resourceVersion: the spec churn

@@ -18,18 +18,17 @@ from redis.retry import Retry
 
 from common.redis_config import is_cluster, redacted_url, redis_client
 from common.redis_layout import (
-    CHECKPOINT_RELISTING,
-    CHECKPOINT_RV,
-    CHECKPOINT_SYNCED_AT,
-    CHECKPOINT_SYNCED_RV,
     DEFAULT_PREFIX,
-    LEASE_EPOCH,
-    LEASE_HOLDER,
     PROCESSOR_GROUP,
     GroupShardKeys,
     ResourceKeys,
     ShardKeys,
 )
+from common.redis_layout.checkpoint import ShardCheckpoint, decode_checkpoint
+from common.redis_layout.lease_reads import LeaseFields, decode_lease, queue_lease
+from common.redis_layout.members import decode_deadlines, is_live, queue_deadlines, redis_time_ms
+from common.redis_replies import as_text
+from common.versions import is_integer_version
 from informer_bus.discovery import discover
 from informer_bus.status.model import (
     GroupShardStatus,
@@ -57,14 +56,10 @@ def status_client(
     )  # fmt: skip
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _int(value: Any) -> int | None:
-    text = _text(value)
+    if type(value) is int:  # a count in a reply (XINFO, PTTL)
+        return value
+    text = as_text(value)
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
@@ -74,7 +69,7 @@ def _ok(reply: Any) -> Any:
 
 
 def _id_ms(stream_id: Any) -> int | None:
-    text = _text(stream_id)
+    text = as_text(stream_id)
     if not text:
         return None
     millis, _, _ = text.partition("-")
@@ -83,7 +78,7 @@ def _id_ms(stream_id: Any) -> int | None:
 
 def _rv_order(rv: str) -> tuple[int, int, str]:
     """Sort key: decimal RVs as integers (etcd revisions), anything else after, by text."""
-    return (0, int(rv), "") if rv.isdigit() else (1, 0, rv)
+    return (0, int(rv), "") if is_integer_version(rv) else (1, 0, rv)
 
 
 @dataclass
@@ -93,7 +88,7 @@ class _GroupShard:
     keys: GroupShardKeys
     info: dict[str, Any] | None = None
     """The group's XINFO GROUPS entry on the shard's stream; ``None``: no such group there."""
-    lease: list[Any] = field(default_factory=lambda: [None, None])
+    lease: LeaseFields = field(default_factory=lambda: decode_lease(None))
     dead_letters: int = 0
     has_epoch: bool = False
     """The lease epoch counter exists: some processor of the group owned the shard once."""
@@ -102,7 +97,7 @@ class _GroupShard:
 
     def take(self, replies: Sequence[Any]) -> None:
         lease, dead, epoch = (_ok(r) for r in replies)
-        self.lease = list(lease or (None, None))
+        self.lease = decode_lease(lease)
         self.dead_letters = int(dead or 0)
         self.has_epoch = bool(epoch)
 
@@ -112,7 +107,7 @@ class _GroupShard:
 
     @property
     def last_delivered(self) -> str | None:
-        return None if self.info is None else _text(self.info.get("last-delivered-id"))
+        return None if self.info is None else as_text(self.info.get("last-delivered-id"))
 
     def undelivered(self, stream: dict[str, Any] | None) -> int | None:
         """Entries after the group's position; 0 when the position is the stream's end."""
@@ -121,7 +116,7 @@ class _GroupShard:
         lag = _int(self.info.get("lag"))
         if lag is not None:
             return lag
-        if self.last_delivered == _text(stream.get("last-generated-id")):
+        if self.last_delivered == as_text(stream.get("last-generated-id")):
             return 0
         return None
 
@@ -130,7 +125,7 @@ _GROUP_SHARD_CALLS: Final = 3
 
 
 def _queue_group_shard(pipe: Any, keys: GroupShardKeys) -> None:
-    pipe.hmget(keys.lease, [LEASE_HOLDER, LEASE_EPOCH])
+    queue_lease(pipe, keys.lease)
     pipe.xlen(keys.dead_letters)
     pipe.exists(keys.lease_epoch)
 
@@ -138,7 +133,7 @@ def _queue_group_shard(pipe: Any, keys: GroupShardKeys) -> None:
 @dataclass
 class _ShardReplies:
     keys: ShardKeys
-    checkpoint: dict[str, str] = field(default_factory=dict)
+    checkpoint: ShardCheckpoint = field(default_factory=lambda: decode_checkpoint(None))
     stream: dict[str, Any] | None = None
     infos: dict[str, dict[str, Any]] = field(default_factory=dict)
     """XINFO GROUPS of the stream, by group name."""
@@ -147,10 +142,10 @@ class _ShardReplies:
 
     def take(self, replies: Sequence[Any]) -> None:
         checkpoint, stream, groups, objects = (_ok(r) for r in replies)
-        self.checkpoint = {str(k): str(v) for k, v in (checkpoint or {}).items()}
+        self.checkpoint = decode_checkpoint(checkpoint)
         self.stream = stream
         for info in groups or ():
-            name = _text(info.get("name"))
+            name = as_text(info.get("name"))
             if name is not None:
                 self.infos[name] = info
         self.objects = int(objects or 0)
@@ -176,12 +171,11 @@ _RESOURCE_CALLS: Final = 3
 
 def _shard_status(replies: _ShardReplies) -> ShardStatus:
     checkpoint, stream = replies.checkpoint, replies.stream
-    relisting = checkpoint.get(CHECKPOINT_RELISTING) == "1"
     return ShardStatus(
         shard=replies.keys.shard,
-        rv=checkpoint.get(CHECKPOINT_RV),
-        synced=CHECKPOINT_SYNCED_RV in checkpoint and not relisting,
-        relisting=relisting,
+        rv=checkpoint.rv,
+        synced=checkpoint.synced,
+        relisting=checkpoint.relisting,
         stream_length=int(stream.get("length", 0)) if stream else 0,
         entries_added=_int(stream.get("entries-added")) if stream else None,
         objects=replies.objects,
@@ -210,8 +204,8 @@ def _group_shard_status(shard: _ShardReplies, group: _GroupShard, now_ms: int) -
     return GroupShardStatus(
         shard=shard.keys.shard,
         exists=group.info is not None,
-        owner=_text(group.lease[0]),
-        owner_epoch=_int(group.lease[1]),
+        owner=group.lease.holder,
+        owner_epoch=group.lease.epoch,
         entries_read=_int(group.info.get("entries-read")) if group.info else None,
         lag=lag,
         pending=pending,
@@ -238,7 +232,7 @@ def _processors(
         expires_in = (deadline_ms - now_ms) / 1000
         return ProcessorStatus(
             member=member,
-            live=expires_in > 0,
+            live=is_live(deadline_ms, now_ms),
             heartbeat_age_s=round(max(0.0, member_ttl - expires_in), 3),
             expires_in_s=round(expires_in, 3),
             shards=tuple(owned.get(member, ())),
@@ -283,7 +277,7 @@ class _Resource:
         for shard in self.shards:
             group = shard.groups.get(name)
             if name in shard.infos or (
-                group is not None and (group.lease[0] is not None or group.dead_letters)
+                group is not None and (group.lease.holder is not None or group.dead_letters)
             ):
                 return True
         return False
@@ -302,7 +296,7 @@ def _group_status(
         _group_shard_status(shard, part, now_ms)
         for shard, part in zip(resource.shards, parts, strict=True)
     )
-    processor = bool(members) or any(p.has_epoch or p.lease[0] is not None for p in parts)
+    processor = bool(members) or any(p.has_epoch or p.lease.holder is not None for p in parts)
     return GroupStatus(
         name=name,
         kind="processor" if processor else "consumer",
@@ -328,11 +322,12 @@ def _resource_status(
 ) -> ResourceStatus:
     leader_hash, leader_ttl_ms, epoch = (_ok(r) for r in resource.head)
     leader = None
-    if leader_hash and leader_hash.get(LEASE_HOLDER):
+    lease = decode_lease(leader_hash)
+    if lease.holder:
         ttl = _int(leader_ttl_ms)
         leader = LeaderStatus(
-            holder=str(leader_hash[LEASE_HOLDER]),
-            epoch=_int(leader_hash.get(LEASE_EPOCH)),
+            holder=lease.holder,
+            epoch=lease.epoch,
             expires_in_s=ttl / 1000 if ttl is not None and ttl >= 0 else None,
         )
     shard_replies = resource.shards
@@ -340,11 +335,7 @@ def _resource_status(
     rvs = [shard.rv for shard in shards]
     last_rv = None if not rvs or None in rvs else min((rv or "" for rv in rvs), key=_rv_order)
     listed = [
-        (
-            _int(replies.checkpoint.get(CHECKPOINT_SYNCED_AT)),
-            replies.checkpoint.get(CHECKPOINT_SYNCED_RV),
-        )
-        for replies in shard_replies
+        (replies.checkpoint.synced_at, replies.checkpoint.synced_rv) for replies in shard_replies
     ]
     stamped = [(at, rv) for at, rv in listed if at is not None]
     last_list_at, last_list_rv = max(stamped, key=lambda pair: pair[0]) if stamped else (None, None)
@@ -393,11 +384,10 @@ class _Batch:
 
 def _queue_group(batch: _Batch, resource: _Resource, name: str) -> None:
     """The group's membership and its keys on every shard."""
-    batch.pipe.zrange(resource.keys.group(name).members, 0, -1, withscores=True)
+    queue_deadlines(batch.pipe, resource.keys.group(name).members)
 
     def members(replies: list[Any]) -> None:
-        found = _ok(replies[0]) or ()
-        resource.members[name] = [(str(member), float(score)) for member, score in found]
+        resource.members[name] = decode_deadlines(_ok(replies[0]))
 
     batch.add(1, members)
     for shard in resource.shards:
@@ -493,8 +483,7 @@ def collect_status(
         clock.append(client.time())
     if isinstance(clock[0], Exception):
         raise clock[0]
-    seconds, micros = clock[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = redis_time_ms(clock[0])
     _second_round_trip(client, plan)
     return StatusSnapshot(
         redis_url=redacted_url(redis_url),

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj, namespace_of
 from common.wire import DeltaEnvelope, WireDecodeError
 
 __all__ = ["SubscribedDelta", "UndecodableEntry"]
@@ -40,7 +40,7 @@ class SubscribedDelta:
     @property
     def namespace(self) -> str:
         """``""`` for a cluster-scoped object."""
-        return _namespace_of(self.envelope.key)
+        return namespace_of(self.envelope.key)
 
     @property
     def resource_version(self) -> str:
@@ -90,8 +90,3 @@ class UndecodableEntry:
     shard: int
     entry_id: str
     error: WireDecodeError
-
-
-def _namespace_of(key: str) -> str:
-    namespace, slash, _ = key.partition("/")
-    return namespace if slash else ""

@@ -38,9 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from redis.exceptions import ResponseError
-
-from common.redis_conversation import Commands, Conversation, Pause, call
+from common.redis_conversation import Commands, Conversation, Pause, Recorder, call
 from common.redis_layout import (
     DURABLE_CONSUMER,
     PROCESSOR_GROUP,
@@ -49,6 +47,8 @@ from common.redis_layout import (
     ShardKeys,
     check_group_name,
 )
+from common.redis_layout.members import queue_live_count, redis_time_ms
+from common.redis_layout.snapshot import GroupExistsError, snapshot_conversation
 from informer_bus.subscription.stream_replies import Batches, entry_order, stream_batches, text
 
 __all__ = ["GroupCursor", "GroupRefused", "InitialList"]
@@ -121,14 +121,12 @@ class GroupCursor:
 
     def _refuse_processor_group(self, shards: Sequence[ShardKeys]) -> Conversation[None]:
         members = ResourceKeys(shards[0].prefix, shards[0].resource).group(self.group).members
-        ((seconds, micros),) = yield Commands.one("time")
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        live, *leases = yield Commands(
-            (
-                call("zcount", members, f"({now_ms}", "+inf"),
-                *(call("exists", keys.lease) for keys in self._keys),
-            )
-        )
+        (now,) = yield Commands.one("time")
+        pipe = Recorder()
+        queue_live_count(pipe, members, redis_time_ms(now))
+        for keys in self._keys:
+            pipe.exists(keys.lease)
+        live, *leases = yield pipe.commands()
         if live:
             raise GroupRefused(
                 f"group {self.group!r} has {live} live processor member(s) ({members}): a "
@@ -168,28 +166,16 @@ class GroupCursor:
                 self.group,
                 keys.stream,
             )
-        # The snapshot supersedes whatever the group had delivered: drop its entries.
-        destroy = (call("xgroup_destroy", keys.stream, self.group),) if exists else ()
-        replies: list[Any] = yield Commands(
-            (
-                call("set", marker, b"1"),
-                call("hgetall", keys.objects),
-                *destroy,
-                call("xgroup_create", keys.stream, self.group, id="$", mkstream=True),
-                call("xinfo_stream", keys.stream),
-            ),
-            transaction=True,
-            raise_on_error=False,
-        )
-        created, info = replies[-2], replies[-1]
-        if isinstance(created, ResponseError) and "BUSYGROUP" in str(created):
+        try:
+            snapshot = yield from snapshot_conversation(
+                keys.shard_keys, start=keys, recreate=exists
+            )
+        except GroupExistsError:
             raise GroupRefused(
                 f"group {self.group!r} was just created on {keys.stream} by someone else: "
                 "run one subscriber per group"
-            )
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+            ) from None
+        info = snapshot.stream
         last_id = text(info["last-generated-id"])
         if isinstance(info.get("entries-added"), int):
             # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
@@ -197,7 +183,7 @@ class GroupCursor:
             yield Commands.one(
                 "xgroup_setid", keys.stream, self.group, last_id, entries_read=info["entries-added"]
             )
-        objects: dict[bytes, bytes] = replies[1]
+        objects = snapshot.objects
         log.info(
             "%s group %r on %s at %s: delivering its %d known objects first",
             "redoing the initial list of" if exists else "created",

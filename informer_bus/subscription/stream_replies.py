@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.redis_replies import as_text as text
+
 __all__ = ["Batches", "entry_order", "stream_batches", "text"]
 
 Batches = list[tuple[str, list[tuple[bytes, Any]]]]
 """``[(stream, [(entry id, fields), ...]), ...]``: what one read returned, per stream."""
-
-
-def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def entry_order(entry_id: bytes | str) -> tuple[int, int]:

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "AsyncController",
+    "AsyncResourceEventHandler",
     "BucketRateLimiter",
     "Controller",
     "DeclarationError",
@@ -56,6 +58,7 @@ PUBLIC = [
     "default_controller_rate_limiter",
     "generation_changed",
     "kube_api_client",
+    "kube_connection",
     "labels_changed",
     "load_handler",
     "make_workqueue_factory",

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from common.keys import DeletedFinalStateUnknown
+from common.object_keys import DeletedFinalStateUnknown
 from tests.bench.support import ROOT
 
 

@@ -17,7 +17,7 @@ from common.codec import Codec
 from common.compact_store import JSON_CODEC, CompactIndexer
 from common.deltas import Delta, DeltaType
 from common.handlers import ResourceEventHandlerFuncs, process_deltas
-from common.keys import Obj, meta_namespace_key
+from common.object_keys import Obj, meta_namespace_key
 from common.store import NAMESPACE_INDEX, Indexer
 from common.wire import ENVELOPE_CODEC, DeltaEnvelope, encode_envelope
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.deltas import Delta, DeltaType, publish_is_skipped, relist_diff, resource_version
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.deltas import Delta, DeltaType, publish_is_skipped, relist_diff
+from common.object_keys import DeletedFinalStateUnknown, Obj
+from common.versions import resource_version
 
 
 def pod(name: str, rv: str = "1", namespace: str = "ns") -> Obj:
@@ -130,7 +131,7 @@ def test_relist_diff_never_calls_last_known_without_vanished_keys() -> None:
 
 
 def test_resource_versions_compare_as_integers_or_not_at_all() -> None:
-    from common.deltas import compare_resource_versions
+    from common.versions import compare_resource_versions
 
     assert compare_resource_versions("9", "10") == -1
     assert compare_resource_versions("10", "9") == 1

@@ -13,7 +13,7 @@ from common.handlers import (
     ResourceEventHandlerFuncs,
     process_deltas,
 )
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.store import Indexer
 
 

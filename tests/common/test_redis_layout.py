@@ -1,4 +1,4 @@
-"""Key names parse back into the keys that spell them (``common.redis_layout.keys``), and
+"""Key names parse back into the keys that spell them (``common.redis_layout.key_names``), and
 nothing else parses: ``status`` and ``subscribe`` find shards by scanning the keyspace."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import redis
 
 from common.publication import ResourceLayout, read_publication, write_layout
 from common.redis_layout import ResourceKeys
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 
 LAYOUT = ResourceLayout(
     shard_count=8,

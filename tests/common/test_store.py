@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import common.store
-from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj
+from common.object_keys import DeletedFinalStateUnknown, InvalidKeyError, Obj
 from common.store import (
     MUTATION_DETECTOR_ENV,
     NAMESPACE_INDEX,

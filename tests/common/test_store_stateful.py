@@ -22,7 +22,7 @@ from hypothesis.stateful import (
 )
 
 from common.compact_store import CompactIndexer
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.store import (
     MUTATION_DETECTOR_ENV,
     NAMESPACE_INDEX,

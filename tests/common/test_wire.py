@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, InvalidKeyError, Obj
+from common.object_keys import DeletedFinalStateUnknown, InvalidKeyError, Obj
 from common.wire import (
     DEFAULT_MAX_BYTES,
     FIELD,

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.wire import (
     ENVELOPE_CODEC,
     FIELD,

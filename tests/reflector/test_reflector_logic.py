@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from common.deltas import Delta, DeltaType
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.wire import DeltaEnvelope, decode_envelope, encode_envelope
 from reflector_svc.api_errors import MalformedWatchEventError, ResourceExpiredError
 from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER

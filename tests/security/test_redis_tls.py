@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from apiserver_sim import Simulator
 from common.deltas import Delta, DeltaType
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 from common.settings import settings_of
 from common.wire import DeltaEnvelope, envelope_to_fields
 from processor_svc.service import ProcessorService

@@ -37,8 +37,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.publication import ResourceLayout
 from common.redis_layout import DEFAULT_PREFIX, PROCESSOR_GROUP, ResourceKeys, ShardKeys
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
+from common.versions import is_integer_version
 from common.wire import FIELD, DeltaEnvelope, Move, decode_envelope
 from informer_bus.child_process import ChildProcess
 from tests.support.waiting import wait_until
@@ -119,7 +120,7 @@ class Entry:
         at equal ones a move's outgoing half before its incoming half (a relist moves an
         unchanged object with both at the object's version)."""
         rv = self.rv
-        return (int(rv) if rv.isascii() and rv.isdigit() else 0, 1 if self.incoming else 0)
+        return (int(rv) if is_integer_version(rv) else 0, 1 if self.incoming else 0)
 
 
 def _text(value: bytes | str) -> str:

@@ -21,9 +21,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from common.deltas import DeltaType, compare_resource_versions, publish_is_skipped
-from common.keys import Obj, meta_namespace_key
+from common.deltas import DeltaType, publish_is_skipped
+from common.object_keys import Obj, meta_namespace_key
 from common.publication import ResourceLayout
+from common.versions import compare_resource_versions
 from reflector_svc.publish_records import (
     FencedError,
     PendingDelta,

@@ -55,7 +55,7 @@ from typing import Any
 
 import redis
 
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.redis_config import redis_client
 from common.redis_layout import ShardKeys
 from common.sharding import shard_for

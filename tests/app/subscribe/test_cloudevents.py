@@ -25,7 +25,7 @@ from cloudevents.core.v1.event import CloudEvent
 from common.deltas import DeltaType
 from common.publication import ResourceLayout
 from common.redis_layout import ShardKeys
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.wire import DeltaEnvelope
 from informer_bus.cloudevents import EventMapper, event_id, event_type
 from informer_bus.subscription import SubscribedDelta

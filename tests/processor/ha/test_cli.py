@@ -66,6 +66,7 @@ def test_help_explains_every_flag_and_its_env_var(command: list[str]) -> None:
         ("--renew-deadline", "INFORMER_BUS_RENEW_DEADLINE"),
         ("--retry-period", "INFORMER_BUS_RETRY_PERIOD"),
         ("--buffer-size", "INFORMER_BUS_BUFFER_SIZE"),
+        ("--max-concurrent-reconciles", "INFORMER_BUS_MAX_CONCURRENT_RECONCILES"),
         ("--shutdown-grace", "INFORMER_BUS_SHUTDOWN_GRACE"),
         ("--http-port", "INFORMER_BUS_HTTP_PORT"),
     ]:
@@ -210,12 +211,13 @@ def _clean_env() -> dict[str, str]:
         (["--heartbeat-interval", "5", "--member-ttl", "1"], {}, "member_ttl"),
         ([], {"INFORMER_BUS_MEMBER_TTL": "0.5"}, "member_ttl"),
         ([], {"INFORMER_BUS_BUFFER_SIZE": "-1"}, "buffer_size"),
+        ([], {"INFORMER_BUS_MAX_CONCURRENT_RECONCILES": "0"}, "max_concurrent_reconciles"),
         ([], {"INFORMER_BUS_SHARD_COUNT": "many"}, "INFORMER_BUS_SHARD_COUNT"),
     ],
     ids=[
         "deadline-over-lease", "deadline-over-short-lease", "retry-over-deadline",
         "shard-count-0", "heartbeat-over-ttl", "env-ttl-under-heartbeat", "env-negative-buffer",
-        "env-not-a-number",
+        "env-no-concurrency", "env-not-a-number",
     ],
 )  # fmt: skip
 def test_bad_numbers_are_a_one_line_error(

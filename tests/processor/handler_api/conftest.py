@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.publication import ResourceLayout
 from common.rate_limiters import ItemExponentialFailureRateLimiter, RateLimiter
 from common.store import Indexer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext
 
@@ -52,6 +52,13 @@ class DeletesNothing(Recorder):
     """Opts out of ``on_delete`` by setting it to ``None``: not a handler either."""
 
     on_delete = None  # type: ignore[assignment]
+
+
+class HalfAsync(Recorder):
+    """``async def on_update`` beside sync ``on_add`` and ``on_delete``: refused."""
+
+    async def on_update(self, old: Obj, new: Obj) -> None:
+        pass
 
 
 class HalfAHandler:

@@ -12,7 +12,7 @@ import pytest
 
 from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
-from common.keys import DeletedFinalStateUnknown
+from common.object_keys import DeletedFinalStateUnknown
 from common.rate_limiters import ItemExponentialFailureRateLimiter
 from common.sharding import shard_for
 from processor_svc.controller import DEFAULT_MAX_RETRIES, DEFAULT_WORKERS, Controller

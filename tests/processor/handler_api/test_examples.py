@@ -11,7 +11,7 @@ import pytest
 
 from common.deltas import Delta, DeltaType
 from common.handlers import ResourceEventHandler, process_deltas
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.store import Indexer
 from informer_bus.examples.pod_phase_counter import PHASE_INDEX, PodPhaseCounter
 from informer_bus.examples.replica_checker import ReplicaChecker, Shortfall

@@ -110,6 +110,11 @@ class TestLoadErrors:
     def test_a_class_whose_instances_lack_methods(self, context: HandlerContext) -> None:
         assert "without on_update, on_delete" in load_error(f"{TARGETS}:HalfAHandler", context)
 
+    def test_a_handler_mixing_async_and_sync_methods(self, context: HandlerContext) -> None:
+        message = load_error(f"{TARGETS}:HalfAsync", context)
+        assert message.startswith(f"handler '{TARGETS}:HalfAsync': handler ")
+        assert "mixes async (on_update) and sync (on_add, on_delete)" in message
+
     def test_a_method_set_to_none_is_missing(self, context: HandlerContext) -> None:
         message = load_error(f"{TARGETS}:DeletesNothing", context)
         assert message == (

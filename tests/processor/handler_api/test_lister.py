@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.sharding import shard_for
 from common.store import (
     NAMESPACE_INDEX,

@@ -9,7 +9,7 @@ import pytest
 
 from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
-from common.keys import Obj
+from common.object_keys import Obj
 from processor_svc.controller import Controller
 from processor_svc.predicates import (
     annotations_changed,

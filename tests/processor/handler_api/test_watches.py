@@ -11,9 +11,9 @@ import pytest
 
 from common.deltas import Delta, DeltaType
 from common.handlers import ResourceEventHandler, process_deltas
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.store import Indexer
 from processor_svc.controller import Controller
 from processor_svc.handlers import (

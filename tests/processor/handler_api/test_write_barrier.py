@@ -11,7 +11,7 @@ import pytest
 
 from common.deltas import Delta, DeltaType
 from common.handlers import process_deltas
-from common.keys import DeletedFinalStateUnknown
+from common.object_keys import DeletedFinalStateUnknown
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext
 from processor_svc.predicates import generation_changed

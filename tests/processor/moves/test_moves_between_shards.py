@@ -20,8 +20,8 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.lease import RedisLease
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.redis_config import lease_client
 from common.redis_layout import GroupShardKeys, ShardKeys
 from common.wire import FIELD, DeltaEnvelope, encode_envelope, moved_in, moved_out

@@ -11,7 +11,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import ShardKeys
 from common.store import Indexer
 from common.wire import FIELD, DeltaEnvelope, encode_envelope

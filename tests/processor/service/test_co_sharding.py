@@ -13,7 +13,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from apiserver_sim import Simulator, SimulatorSettings
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 from common.redis_layout import ResourceKeys
 from common.settings import settings_of
 from informer_bus.status.collect import collect_status, status_client

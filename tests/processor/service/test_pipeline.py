@@ -12,7 +12,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from apiserver_sim import Simulator, SimulatorSettings
-from common.keys import meta_namespace_key
+from common.object_keys import meta_namespace_key
 from common.settings import SettingsError, settings_of
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings

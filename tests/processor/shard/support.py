@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
-from common.keys import Obj
 from common.lease import RedisLease
+from common.object_keys import Obj
 from common.redis_config import lease_client
 from common.redis_layout import GroupShardKeys, ShardKeys
 from common.selectable_fields import header_fields

@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from common.keys import Obj
+from common.object_keys import Obj
 from processor_svc.ack_tracker import AckToken
 from processor_svc.dispatch import (
     AddNotification,

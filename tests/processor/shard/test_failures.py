@@ -9,7 +9,7 @@ import redis
 
 from common.backoff import Backoff
 from common.compact_store import CompactIndexer
-from common.keys import Obj
+from common.object_keys import Obj
 from common.store import NAMESPACE_INDEX, Indexer, meta_namespace_index_func
 from tests.processor.shard.support import Shard, compact_envelopes
 from tests.reflector.publisher.support import added, updated

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from processor_svc.view import GroupView
 from tests.processor.shard.support import (
     RESOURCE,

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.store import Indexer
 from common.wire import FIELD, decode_envelope
 from processor_svc.fenced_stream import OwnershipLostError

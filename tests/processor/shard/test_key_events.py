@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from common.compact_store import CompactIndexer
-from common.keys import DeletedFinalStateUnknown, Obj
+from common.object_keys import DeletedFinalStateUnknown, Obj
 from common.store import NAMESPACE_INDEX, meta_namespace_index_func
 from common.wire import ENVELOPE_CODEC
 from tests.processor.shard.support import Shard, delivered_and_acknowledged

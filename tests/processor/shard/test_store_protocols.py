@@ -11,7 +11,7 @@ import pytest
 
 from common.codec import Codec
 from common.compact_store import JSON_CODEC, CompactIndexer
-from common.keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
 from common.store import Indexer
 from common.wire import ENVELOPE_CODEC
 from processor_svc.shard_store import PackedEnvelopeStore, keeps_envelopes

@@ -12,7 +12,7 @@ import redis
 
 from common.compact_store import CompactIndexer
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.redis_layout import SHARD_CONSUMER as CONSUMER
 from common.store import Indexer

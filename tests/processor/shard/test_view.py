@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.store import Indexer
 from processor_svc.view import GroupView
 from reflector_svc.publish_records import PendingDelta

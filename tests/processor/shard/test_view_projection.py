@@ -22,7 +22,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from common.deltas import DeltaType
-from common.keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
+from common.object_keys import DeletedFinalStateUnknown, Obj, meta_namespace_key
 from common.redis_layout import PROCESSOR_GROUP as GROUP
 from common.redis_layout import SHARD_CONSUMER as CONSUMER
 from common.redis_layout import ShardKeys

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from common.deltas import Delta, DeltaType
-from common.keys import DeletedFinalStateUnknown
+from common.object_keys import DeletedFinalStateUnknown
 from common.rate_limiters import FakeClock
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.throttled_log import ThrottledLog
 from reflector_svc.delta_builder import DeltaBuilder, log
 from reflector_svc.metrics import ReflectorMetrics

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.plugins import PluginError, load_plugin
 from reflector_svc.transform import REDACTED, build_transform
 

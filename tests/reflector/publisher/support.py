@@ -7,9 +7,9 @@ import re
 import redis
 
 from common.deltas import DeltaType
-from common.keys import Obj
+from common.object_keys import Obj
 from common.redis_layout import ShardKeys
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.wire import FIELD, DeltaEnvelope, Move, decode_envelope, encode_envelope
 from reflector_svc.publish_records import PendingDelta
 

@@ -12,7 +12,7 @@ import redis
 
 from common.deltas import DeltaType
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.wire import Move, decode_envelope, moved_in, moved_out
 from reflector_svc.publish_records import ResumePoint

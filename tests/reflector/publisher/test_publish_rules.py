@@ -11,9 +11,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.deltas import DeltaType, compare_resource_versions, publish_is_skipped
+from common.deltas import DeltaType, publish_is_skipped
 from common.redis_layout import ShardKeys
 from common.redis_layout.publish_scripts import parse_moving
+from common.versions import compare_resource_versions, is_integer_version
 from reflector_svc.publish_records import PendingDelta
 from reflector_svc.publisher import ShardPublisher, _Call
 
@@ -41,7 +42,7 @@ steps = st.lists(
 
 
 def _is_int(rv: str | None) -> bool:
-    return rv is not None and rv.isascii() and rv.isdigit()
+    return rv is not None and is_integer_version(rv)
 
 
 class PythonShard:

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.deltas import DeltaType
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.wire import FIELD, decode_header
 from reflector_svc.publish_records import FencedError, PendingDelta

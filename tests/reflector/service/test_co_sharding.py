@@ -19,7 +19,7 @@ import redis
 from apiserver_sim import Simulator
 from apiserver_sim.revision import StoredObject
 from common.publication import ResourceLayout
-from common.shard_keys import ShardKeyChoice
+from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.wire import Move
 from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced

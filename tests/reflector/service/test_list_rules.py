@@ -23,7 +23,7 @@ from reflector_svc.lister_watcher import KubeSource
 from reflector_svc.metrics import ReflectorMetrics
 from reflector_svc.publish_records import FencedError
 from reflector_svc.publisher import ShardPublisher
-from reflector_svc.reflector import Reflector, WatchStream
+from reflector_svc.reflector import Reflector, Watch
 from reflector_svc.resources import ResourceSpec, resolve
 from reflector_svc.service import reflector_options
 from reflector_svc.settings import ReflectorSettings
@@ -49,7 +49,7 @@ class RecordingSource:
             hook()
         return page
 
-    def watch(self, **kwargs: Any) -> WatchStream:
+    def watch(self, **kwargs: Any) -> Watch:
         return self.inner.watch(**kwargs)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.keys import Obj
+from common.object_keys import Obj
 
 
 def lose_the_name_of_broken_pods(obj: Obj) -> Obj:

@@ -17,6 +17,7 @@ __all__ = [
     "Obj",
     "deletion_handling_meta_namespace_key",
     "meta_namespace_key",
+    "namespace_of",
     "split_meta_namespace_key",
 ]
 
@@ -75,6 +76,16 @@ def deletion_handling_meta_namespace_key(obj: Obj | DeletedFinalStateUnknown) ->
     :func:`meta_namespace_key` already understands them.
     """
     return meta_namespace_key(obj)
+
+
+def namespace_of(key: str) -> str:
+    """The namespace part of ``key``; ``""`` for a cluster-scoped key (no ``/``).
+
+    Not checked (:func:`split_meta_namespace_key` checks): for the hot paths that already hold
+    a valid key, and one rule for them all.
+    """
+    slash = key.find("/")
+    return key[:slash] if slash > 0 else ""
 
 
 def split_meta_namespace_key(key: str) -> tuple[str, str]:

@@ -62,6 +62,7 @@ __all__ = [
     "parse_resource_key",
     "parse_shard_key",
     "resources_key",
+    "scan_pattern",
 ]
 
 DEFAULT_PREFIX: Final = "ib"
@@ -104,6 +105,23 @@ def resources_key(prefix: str) -> str:
     not ``SCAN`` (a processor's minimal ACL) learns what is published, for the hint at a
     mistyped resource (``common.publication.published_alternatives``); nothing else reads it."""
     return f"{prefix}:resources"
+
+
+# Redis glob metacharacters, escaped so that a prefix or resource id is matched literally.
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\^])")
+
+
+def _glob_literal(text: str) -> str:
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def scan_pattern(prefix: str, resource: str | None = None) -> str:
+    """The ``SCAN MATCH`` pattern of every key that carries a hash tag under ``prefix`` (every
+    shard, resource and group key: what the ``parse_*`` functions read), or with ``resource``
+    of every per-shard key of that resource. ``prefix`` and ``resource`` match literally."""
+    if resource is None:
+        return f"{_glob_literal(prefix)}:{{*}}:*"
+    return f"{_glob_literal(prefix)}:{{{_glob_literal(resource)}:*}}:*"
 
 
 def check_group_name(name: object) -> str:

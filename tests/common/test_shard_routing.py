@@ -1,4 +1,4 @@
-"""What an object is sharded by (``common.shard_keys``), and the resource spec's ``shardKey``."""
+"""What an object is sharded by (``common.shard_routing``), and the resource spec's ``shardKey``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from common.keys import Obj
+from common.object_keys import Obj
 from common.resource_ids import ResourceSpec
-from common.shard_keys import ShardKey, ShardKeyChoice, controller_reference, owner_key
+from common.shard_routing import ShardKey, ShardKeyChoice, controller_reference, owner_key
 from common.sharding import shard_for
 
 

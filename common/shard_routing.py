@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
-from common.keys import Obj
+from common.object_keys import Obj, namespace_of
 from common.sharding import shard_for
 
 __all__ = [
@@ -106,8 +106,7 @@ class ShardKeyChoice:
         if kind == "key":
             return ShardKey(key, None)
         if kind == "namespace":
-            slash = key.find("/")
-            return ShardKey(key[:slash] if slash > 0 else key, None)
+            return ShardKey(namespace_of(key) or key, None)
         if kind == "owner":
             reference = controller_reference(obj)
             return ShardKey(key if reference is None else owner_key(key, reference), None)
@@ -124,8 +123,7 @@ class ShardKeyChoice:
         if self.kind == "key":
             return shard_for(key, shard_count)
         if self.kind == "namespace":
-            slash = key.find("/")
-            return shard_for(key[:slash] if slash > 0 else key, shard_count)
+            return shard_for(namespace_of(key) or key, shard_count)
         return None
 
 
@@ -150,8 +148,8 @@ def controller_reference(obj: Obj) -> dict[str, Any] | None:
 def owner_key(child_key: str, reference: dict[str, Any], *, owner_namespaced: bool = True) -> str:
     """The cache key of the owner ``reference`` names, for the child with cache key
     ``child_key``: in the child's namespace when both are namespaced, else the owner's name."""
-    slash = child_key.find("/")
+    namespace = namespace_of(child_key)
     name: str = reference["name"]
-    if slash > 0 and owner_namespaced:
-        return f"{child_key[:slash]}/{name}"
+    if namespace and owner_namespaced:
+        return f"{namespace}/{name}"
     return name

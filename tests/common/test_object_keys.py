@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.keys import (
+from common.object_keys import (
     DeletedFinalStateUnknown,
     InvalidKeyError,
     deletion_handling_meta_namespace_key,
