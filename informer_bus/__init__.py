@@ -34,13 +34,15 @@ from common.rate_limiters import (
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
 from informer_bus.kube_api import kube_api_client, kube_connection
-from informer_bus.subscribe import (
+from informer_bus.subscription import (
     FROM_BEGINNING,
     FROM_NOW,
+    DurableSubscription,
     SubscribedDelta,
     SubscribeError,
     Subscription,
     subscribe,
+    subscribe_durable,
 )
 from processor_svc.async_controller import AsyncController
 from processor_svc.async_dispatch import AsyncResourceEventHandler
@@ -81,6 +83,7 @@ __all__ = [
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
+    "DurableSubscription",
     "FilteringResourceEventHandler",
     "For",
     "HandlerContext",
@@ -121,4 +124,5 @@ __all__ = [
     "process_deltas",
     "split_meta_namespace_key",
     "subscribe",
+    "subscribe_durable",
 ]

@@ -27,6 +27,7 @@ PUBLIC = [
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
+    "DurableSubscription",
     "FilteringResourceEventHandler",
     "For",
     "HandlerContext",
@@ -67,6 +68,7 @@ PUBLIC = [
     "process_deltas",
     "split_meta_namespace_key",
     "subscribe",
+    "subscribe_durable",
 ]
 
 

@@ -28,7 +28,7 @@ from common.redis_layout import ShardKeys
 from common.shard_routing import ShardKeyChoice
 from common.wire import DeltaEnvelope
 from informer_bus.cloudevents import EventMapper, event_id, event_type
-from informer_bus.subscribe import SubscribedDelta
+from informer_bus.subscription import SubscribedDelta
 from tests.reflector.publisher.support import TS, added, deleted, delta, obj, updated
 from tests.support.bus import Bus
 from tests.support.redis_server import RedisServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.deltas import DeltaType
 from common.wire import decode_envelope
-from informer_bus.subscribe import FROM_BEGINNING, subscribe
+from informer_bus.subscription import FROM_BEGINNING, subscribe
 from tests.support.subscribe_cli import (
     SHARDS,
     Deadline,
