@@ -25,12 +25,15 @@ What runs:
    ``/proc``) from just before the burst until its group has consumed every entry of every
    stream it reads (delivered up to the last entry, none pending); CPU per event divides by the
    entries its group read: the ConfigMap updates for ``single``, both kinds for
-   ``co-sharded``. The ratio ``co-sharded / single`` is the figure (target: <= 1.0).
+   ``co-sharded``. The ratio ``co-sharded / single`` is the figure (target: <= 1.0). Beside
+   the entries (counted in Redis), each round reports the deltas the processor says it applied
+   (``informer_bus_processor_deltas_applied_total`` from its /metrics): what it received.
 4. A takeover: a second ``co-sharded`` processor joins; the first hands over about half the
    shard numbers. For each shard number the newcomer took: the time from its lease group's
    acquisition (its "took shard" log line) until every resource's worker delivered the initial
-   list, and the objects loaded per resource; and the whole rebalance, from the newcomer's
-   start to both processors ready.
+   list, and the objects loaded per resource (from its log lines, and its
+   ``informer_bus_processor_store_objects`` once settled); and the whole rebalance, from the
+   newcomer's start to both processors ready.
 
 The exit status is 0 either way (a measurement), 1 only when something went wrong (a child
 died, a group never caught up).
@@ -57,6 +60,7 @@ import orjson
 import redis
 from harness import ROOT, BenchError, ServiceChild, start_simulator_and_redis
 from proc_stats import process_cpu_seconds
+from prometheus_client.parser import text_string_to_metric_families
 from reporting import machine, print_machine
 from run_control import measure_in, progress, wait_for
 
@@ -140,6 +144,29 @@ class Processor(ServiceChild):
             for shard in list(self.took)
             for resource in self.resources
         )
+
+    def metric(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of ``name`` on the processor's /metrics, by its sorted labels."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return {
+            tuple(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        }
+
+    def applied(self) -> int:
+        """Deltas this processor applied to its stores, by its own count."""
+        return int(sum(self.metric("informer_bus_processor_deltas_applied_total").values()))
+
+    def store_objects(self, resource: str, shard: int) -> int | None:
+        """Objects in the processor's store of ``resource``'s ``shard`` (its gauge)."""
+        for labels, value in self.metric("informer_bus_processor_store_objects").items():
+            found = dict(labels)
+            if found.get("resource") == resource and found.get("shard") == str(shard):
+                return int(value)
+        return None
 
     def ready(self) -> bool:
         if not self.url:
@@ -242,6 +269,9 @@ def _text(value: bytes | str) -> str:
 class Round:
     cpu: dict[str, float] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)
+    """Entries each group read, counted in Redis."""
+    applied: dict[str, int] = field(default_factory=dict)
+    """Deltas each group's processor applied, by its own count."""
 
     def per_event_us(self, name: str) -> float:
         return self.cpu[name] / self.events[name] * 1e6
@@ -276,6 +306,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             progress(args, f"burst {number + 1} of {args.rounds}")
             before = {name: process_cpu_seconds(p.pid) for name, p in groups.items()}
             counts = {name: entries(client, p.resources) for name, p in groups.items()}
+            applied = {name: p.applied() for name, p in groups.items()}
             published = {r: entries(client, (r,)) for r in (WIDGETS, CONFIGMAPS)}
             burst(sim, args.widgets, seed=number + 1)
             wait_for(
@@ -292,6 +323,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     if caught_up(client, processor.group, processor.resources):
                         result.cpu[name] = process_cpu_seconds(processor.pid) - before[name]
                         result.events[name] = entries(client, processor.resources) - counts[name]
+                        result.applied[name] = processor.applied() - applied[name]
                         del waiting[name]
                     processor.check_alive()
                 if time.monotonic() > deadline:
@@ -314,16 +346,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         settled = time.monotonic()
         # The log lines come through a pipe, maybe after /readyz already said so.
         wait_for(newcomer.logged_every_takeover, "the newcomer's takeover log lines", 30)
-        takeovers = []
-        for shard, took in sorted(newcomer.took.items()):
-            done = [newcomer.synced.get((r, shard)) for r in newcomer.resources]
-            if any(t is None for t in done):
-                continue
-            takeovers.append({
-                "shard": shard,
-                "seconds": max(t for t in done if t is not None) - took,
-                "objects": {r: newcomer.objects.get((r, shard), 0) for r in newcomer.resources},
-            })  # fmt: skip
+        takeovers = _takeover_rows(newcomer)
         return {
             "machine": machine(),
             "widgets": args.widgets,
@@ -331,6 +354,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 {
                     "cpu_s": r.cpu,
                     "events": r.events,
+                    "applied": r.applied,
                     "cpu_us_per_event": {n: r.per_event_us(n) for n in r.cpu},
                 }
                 for r in rounds
@@ -339,6 +363,23 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "takeovers": takeovers,
             "rebalance_s": settled - joined,
         }
+
+
+def _takeover_rows(newcomer: Processor) -> list[dict[str, Any]]:
+    """Per shard group the newcomer took: how long until every resource's initial list was
+    delivered, and the objects it loaded (logged, and its store gauge now)."""
+    takeovers = []
+    for shard, took in sorted(newcomer.took.items()):
+        done = [newcomer.synced.get((r, shard)) for r in newcomer.resources]
+        if any(t is None for t in done):
+            continue
+        takeovers.append({
+            "shard": shard,
+            "seconds": max(t for t in done if t is not None) - took,
+            "objects": {r: newcomer.objects.get((r, shard), 0) for r in newcomer.resources},
+            "store_objects": {r: newcomer.store_objects(r, shard) for r in newcomer.resources},
+        })  # fmt: skip
+    return takeovers
 
 
 def _ratio(result: Round) -> float | None:

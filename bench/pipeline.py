@@ -189,6 +189,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
                     args, f"{processors_label(count)}, trivial handler: burst of {args.burst:,}"
                 )
                 seconds, cpu = burst(sim, group, args.burst, next(seeds), others)
+                cpu["handled"] = group.updates_seen()  # the handlers' own count
                 rows.append(
                     Row(
                         BURST,
@@ -218,6 +219,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[st
             with group_running(count, IO_BOUND, server.url, workdir, f"io{count}") as group:
                 wait_synced(group, args.pods)
                 seconds, cpu = burst(sim, group, args.io_burst, next(seeds), others)
+                cpu["handled"] = group.updates_seen()  # the handlers' own count
                 shares = per_processor(group)
             progress(args, "  per processor (events, busy s): " + ", ".join(
                 f"{n} in {busy:.2f} s" for n, busy in shares))  # fmt: skip

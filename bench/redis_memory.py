@@ -1,7 +1,8 @@
 """Redis memory per cached object, for sizing Redis (issue 6, docs/operations.md).
 
 Not a test: nothing asserts these numbers. Run it from the repository root (it starts a private
-redis-server on a free port; it never touches a Redis that happens to run on the machine)::
+redis-server on a free port; it never touches a Redis that happens to run on the machine, unless
+``--redis-url`` names one, which tests/bench/test_redis_memory.py does to read the result back)::
 
     .venv/bin/python bench/redis_memory.py [--objects 100000] [--shards 16] [--json PATH]
 
@@ -283,6 +284,11 @@ def main() -> int:
     )
     parser.add_argument("--json", metavar="PATH", type=Path, help="also write the report here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--redis-url",
+        help="measure on this (empty) Redis instead of a private redis-server, and leave what "
+        "it wrote there: tests read it back to check the report against Redis itself",
+    )
     args = parser.parse_args()
     if args.retention_min_entries > DEFAULTS.retention_max_entries:
         parser.error("--retention-min-entries cannot exceed the retention hard cap")
@@ -290,7 +296,7 @@ def main() -> int:
     # Ctrl-C (or a test's SIGINT) must stop the bench however it was started.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with private_redis_url(None) as url:
+        with private_redis_url(args.redis_url) as url:
             client = redis.Redis.from_url(url, socket_timeout=60)
             try:
                 report = run(client, args)

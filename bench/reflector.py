@@ -196,6 +196,9 @@ def measure_fast(
     wall = {
         "wall_seconds_from_spawn": round(best.wall_seconds, 3),
         "cpu_us_per_event": round(1e6 * best.list_cpu_seconds / sizes.pods, 2),
+        # Read back from Redis after each run: what the reflector published.
+        "stream_entries_runs": [run.listed_entries for run in runs],
+        "synced_shards_runs": [run.synced_shards for run in runs],
     }
     best_burst = min(runs, key=lambda run: run.burst_seconds)
 
@@ -219,6 +222,7 @@ def measure_fast(
             round(r / b, 2) for r, b in zip(redis_cpu, bare_cpu, strict=True)
         ],
         "redis_commandstats": best_burst.redis_commandstats,
+        "stream_entries_runs": [run.burst_entries for run in runs],
     }
     if baseline_runs:
         burst_cpu["baseline_cpu_us_per_event_runs"] = per_event(

@@ -120,6 +120,12 @@ class ReflectorRun:
     redis_commandstats: dict[str, dict[str, float]] = field(default_factory=dict)
     """``INFO commandstats`` of the burst alone (reset at its start): calls, usec, usec_per_call
     per command, which says where redis-server's CPU went."""
+    listed_entries: int = 0
+    """Stream entries in Redis once the reflector said it synced (``XLEN`` of every shard)."""
+    synced_shards: int = 0
+    """Shards whose checkpoint in Redis says synced, then."""
+    burst_entries: int = 0
+    """Stream entries the burst added in Redis."""
 
 
 def redis_cpu_seconds(client: redis.Redis) -> float:
@@ -170,10 +176,10 @@ def reflector_run(
         list_cpu = process_cpu_seconds(child.pid)
         if not child.listing:
             raise BenchError(f"no 'leading ... listing' log line; log:\n{child.log_tail()}")
-        entries, synced = stream_entries(client), synced_shards(client)
-        if entries != pods or child.synced_deltas != pods or synced != SHARDS:
+        listed, synced = stream_entries(client), synced_shards(client)
+        if listed != pods or child.synced_deltas != pods or synced != SHARDS:
             raise BenchError(
-                f"after the list: {entries} stream entries, {child.synced_deltas} deltas "
+                f"after the list: {listed} stream entries, {child.synced_deltas} deltas "
                 f"logged, {synced}/{SHARDS} shards synced; expected {pods} pods"
             )
         sim.wait_watching(alive=child.check_alive)
@@ -196,6 +202,9 @@ def reflector_run(
         if (entries := stream_entries(client)) != pods + burst:
             raise BenchError(f"{entries - pods} stream entries for a burst of {burst}")
         return ReflectorRun(
+            listed_entries=listed,
+            synced_shards=synced,
+            burst_entries=entries - pods,
             list_seconds=child.synced - child.listing,
             wall_seconds=child.synced - child.spawned,
             burst_seconds=burst_span(client, before),

@@ -6,7 +6,11 @@ the services use. The series are named and labelled exactly like client-go's
 client-go's buckets), so the dashboards and alerts people already run for Go controllers work
 unchanged on informer-bus controllers.
 
-All seven metric families are created on the given :class:`~prometheus_client.CollectorRegistry`
+A priority queue's depth per priority (``workqueue_depth_by_priority``, labels ``name`` and
+``priority``) is an eighth family, beside ``workqueue_depth``, which stays the total so the
+queries already written against it keep one series per queue.
+
+All eight metric families are created on the given :class:`~prometheus_client.CollectorRegistry`
 when the provider is built, never on the global default registry: several providers (one per
 registry) can live in one process, as tests and embedded runs need. Build **one provider per
 registry** and share it between queues: a second provider on the same registry would register
@@ -19,9 +23,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from common.workqueue import (
+from common.workqueue_metrics import (
     WORKQUEUE_ADDS_TOTAL,
     WORKQUEUE_DEPTH,
+    WORKQUEUE_DEPTH_BY_PRIORITY,
     WORKQUEUE_LONGEST_RUNNING_PROCESSOR_SECONDS,
     WORKQUEUE_QUEUE_DURATION_SECONDS,
     WORKQUEUE_RETRIES_TOTAL,
@@ -31,13 +36,19 @@ from common.workqueue import (
     GaugeMetric,
     HistogramMetric,
     MetricsProvider,
+    PriorityDepthMetric,
+    PriorityMetricsProvider,
     SettableGaugeMetric,
 )
 
-__all__ = ["DURATION_BUCKETS", "NAME_LABEL", "PrometheusMetricsProvider"]
+__all__ = ["DURATION_BUCKETS", "NAME_LABEL", "PRIORITY_LABEL", "PrometheusMetricsProvider"]
 
 NAME_LABEL = "name"
 """The one label of every workqueue series: the queue's name, as in client-go."""
+
+PRIORITY_LABEL = "priority"
+"""The second label of ``workqueue_depth_by_priority``: the priority, as an integer (``0``,
+``-100``), as controller-runtime labels its depth."""
 
 DURATION_BUCKETS: tuple[float, ...] = tuple(10e-9 * 10**i for i in range(10))
 """client-go's ``prometheus.ExponentialBuckets(10e-9, 10, 10)``: 10 ns to 10 s."""
@@ -86,6 +97,10 @@ class PrometheusMetricsProvider:
             WORKQUEUE_RETRIES_TOTAL, "Total number of retries handled by workqueue", labels,
             registry=registry,
         )  # fmt: skip
+        self._depth_by_priority = Gauge(
+            WORKQUEUE_DEPTH_BY_PRIORITY, "Current depth of workqueue by priority",
+            [NAME_LABEL, PRIORITY_LABEL], registry=registry,
+        )  # fmt: skip
 
     def new_depth_metric(self, name: str) -> GaugeMetric:
         return self._depth.labels(name)
@@ -108,8 +123,37 @@ class PrometheusMetricsProvider:
     def new_retries_metric(self, name: str) -> CounterMetric:
         return self._retries.labels(name)
 
+    def new_depth_by_priority_metric(self, name: str) -> PriorityDepthMetric:
+        return _DepthByPriority(self._depth_by_priority, name)
+
+
+class _DepthByPriority:
+    """One queue's ``workqueue_depth_by_priority``: the child of each priority looked up once."""
+
+    __slots__ = ("_children", "_family", "_name")
+
+    def __init__(self, family: Gauge, name: str) -> None:
+        self._family = family
+        self._name = name
+        self._children: dict[int, Gauge] = {}
+
+    def _child(self, priority: int) -> Gauge:
+        child = self._children.get(priority)
+        if child is None:
+            child = self._children[priority] = self._family.labels(self._name, str(priority))
+        return child
+
+    def inc(self, priority: int) -> None:
+        self._child(priority).inc()
+
+    def dec(self, priority: int) -> None:
+        self._child(priority).dec()
+
 
 if TYPE_CHECKING:
 
     def _implements_the_protocol(provider: PrometheusMetricsProvider) -> MetricsProvider:
+        return provider
+
+    def _reports_depth_by_priority(provider: PrometheusMetricsProvider) -> PriorityMetricsProvider:
         return provider

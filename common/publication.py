@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from common.redis_conversation import Commands, Conversation, Recorder, converse
 from common.redis_layout import (
     LAYOUT_API_VERSION,
     LAYOUT_KIND,
@@ -40,7 +41,9 @@ __all__ = [
     "Publication",
     "ResourceLayout",
     "hint_published",
+    "publication_conversation",
     "published_alternatives",
+    "published_alternatives_conversation",
     "read_publication",
     "write_layout",
 ]
@@ -121,16 +124,21 @@ def published_alternatives(client: redis.Redis, *, prefix: str, resource: str) -
     if a reflector completed a list of it. Best effort (``[]`` when Redis fails): it only
     decorates a message. ``HGETALL`` and ``HGET`` only: a processor's minimal ACL has no
     ``SCAN``."""
+    return converse(client, published_alternatives_conversation(prefix=prefix, resource=resource))
+
+
+def published_alternatives_conversation(*, prefix: str, resource: str) -> Conversation[list[str]]:
+    """:func:`published_alternatives` as a conversation (for a blocking or an asyncio client)."""
     try:
-        listed = client.hgetall(resources_key(prefix))
+        (listed,) = yield Commands.one("hgetall", resources_key(prefix))
         known = [as_text(name) for name in listed] + word_forms(resource)
         candidates = likely_meant(resource, known)
         if not candidates:
             return []
-        with client.pipeline(transaction=False) as pipe:
-            for candidate in candidates:
-                queue_listed(pipe, ShardKeys(prefix, candidate, 0))
-            listed_rvs = pipe.execute()
+        pipe = Recorder()
+        for candidate in candidates:
+            queue_listed(pipe, ShardKeys(prefix, candidate, 0))
+        listed_rvs = yield pipe.commands()
     except (redis.RedisError, ValueError):  # unreachable, or a name that is no resource id
         return []
     return [name for name, rv in zip(candidates, listed_rvs, strict=True) if is_listed(rv)]
@@ -174,13 +182,22 @@ def read_publication(
     raises ``redis.RedisError`` when Redis cannot be read, ``ValueError`` when the recorded
     layout is unusable. Only ``HGET`` and ``HGETALL``: a processor's minimal ACL
     (``docs/operations.md``) has them, not ``EXISTS`` or ``HEXISTS``."""
+    return converse(
+        client, publication_conversation(prefix=prefix, resource=resource, shard_count=shard_count)
+    )
+
+
+def publication_conversation(
+    *, prefix: str, resource: str, shard_count: int
+) -> Conversation[Publication]:
+    """:func:`read_publication` as a conversation (for a blocking or an asyncio client)."""
     keys = ResourceKeys(prefix, resource)
-    pipe = client.pipeline(transaction=False)
+    pipe = Recorder()
     queue_holder(pipe, keys.leader)
     pipe.hgetall(keys.layout)
     for shard in range(shard_count + 1):  # one more: is the reflector's shard count larger?
         queue_listed(pipe, keys.shard(shard))
-    leader, layout, *listed, beyond = pipe.execute()
+    leader, layout, *listed, beyond = yield pipe.commands()
     return Publication(
         shard_count=shard_count,
         listed_shards=tuple(shard for shard, rv in enumerate(listed) if is_listed(rv)),

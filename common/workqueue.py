@@ -26,9 +26,10 @@ flag that is easy to forget to check. The typical worker::
         finally:
             queue.done(key)
 
-Metrics (6.5) use client-go's names so dashboards built for Go controllers read the same series;
-each queue's metrics carry its ``name`` as the label. An unnamed queue, or one without a
-provider, emits nothing and pays (almost) nothing.
+Metrics (6.5, :mod:`common.workqueue_metrics`) use client-go's names so dashboards built for Go
+controllers read the same series; each queue's metrics carry its ``name`` as the label. An
+unnamed queue, or one without a provider, emits nothing and pays (almost) nothing. The
+controller's queue hands out fresh events before bulk work: :mod:`common.priority_queue`.
 """
 
 from __future__ import annotations
@@ -39,9 +40,28 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from types import TracebackType
-from typing import Final, Generic, Protocol, Self, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 from common.rate_limiters import Clock, MonotonicClock, RateLimiter, default_controller_rate_limiter
+from common.workqueue_metrics import (
+    METRIC_NAMES,
+    UNFINISHED_WORK_UPDATE_PERIOD,
+    WORKQUEUE_ADDS_TOTAL,
+    WORKQUEUE_DEPTH,
+    WORKQUEUE_LONGEST_RUNNING_PROCESSOR_SECONDS,
+    WORKQUEUE_QUEUE_DURATION_SECONDS,
+    WORKQUEUE_RETRIES_TOTAL,
+    WORKQUEUE_UNFINISHED_WORK_SECONDS,
+    WORKQUEUE_WORK_DURATION_SECONDS,
+    CounterMetric,
+    GaugeMetric,
+    HistogramMetric,
+    MetricsProvider,
+    NoopMetricsProvider,
+    QueueMetrics,
+    SettableGaugeMetric,
+    reports_metrics,
+)
 
 __all__ = [
     "METRIC_NAMES",
@@ -63,170 +83,22 @@ __all__ = [
     "QueueShutDown",
     "RateLimitingQueue",
     "SettableGaugeMetric",
+    "WaitingLine",
 ]
 
 T = TypeVar("T", bound=Hashable)
 
-# --- metrics -------------------------------------------------------------------------------------
 
-WORKQUEUE_DEPTH = "workqueue_depth"
-WORKQUEUE_ADDS_TOTAL = "workqueue_adds_total"
-WORKQUEUE_QUEUE_DURATION_SECONDS = "workqueue_queue_duration_seconds"
-WORKQUEUE_WORK_DURATION_SECONDS = "workqueue_work_duration_seconds"
-WORKQUEUE_UNFINISHED_WORK_SECONDS = "workqueue_unfinished_work_seconds"
-WORKQUEUE_LONGEST_RUNNING_PROCESSOR_SECONDS = "workqueue_longest_running_processor_seconds"
-WORKQUEUE_RETRIES_TOTAL = "workqueue_retries_total"
+class WaitingLine(Protocol[T]):
+    """The order keys wait in to be handed out: a ``deque`` here (FIFO), by priority in
+    :class:`common.priority_queue.PriorityQueue`. Holds only keys that are dirty and not in
+    flight, each once."""
 
-METRIC_NAMES: tuple[str, ...] = (
-    WORKQUEUE_DEPTH,
-    WORKQUEUE_ADDS_TOTAL,
-    WORKQUEUE_QUEUE_DURATION_SECONDS,
-    WORKQUEUE_WORK_DURATION_SECONDS,
-    WORKQUEUE_UNFINISHED_WORK_SECONDS,
-    WORKQUEUE_LONGEST_RUNNING_PROCESSOR_SECONDS,
-    WORKQUEUE_RETRIES_TOTAL,
-)
-"""Every series a queue can report, each labelled ``name`` with the queue's name."""
+    def append(self, item: T, /) -> None: ...
 
-UNFINISHED_WORK_UPDATE_PERIOD = 0.5
-"""Seconds between refreshes of the unfinished-work gauges (client-go's 500 ms)."""
+    def popleft(self) -> T: ...
 
-
-class CounterMetric(Protocol):
-    """A value that only goes up (a Prometheus counter)."""
-
-    def inc(self) -> None: ...
-
-
-class GaugeMetric(Protocol):
-    """A value that goes up and down by one (the depth gauge)."""
-
-    def inc(self) -> None: ...
-
-    def dec(self) -> None: ...
-
-
-class SettableGaugeMetric(Protocol):
-    """A value that is overwritten on each update (the unfinished-work gauges)."""
-
-    def set(self, value: float) -> None: ...
-
-
-class HistogramMetric(Protocol):
-    """A distribution of observations, in seconds here."""
-
-    def observe(self, value: float) -> None: ...
-
-
-class MetricsProvider(Protocol):
-    """Creates one queue's metric objects; the argument is the queue name (the ``name`` label).
-
-    One method per series, as in client-go, so an adapter (Prometheus, OpenTelemetry) maps each
-    to the metric named in the matching ``WORKQUEUE_*`` constant.
-    """
-
-    def new_depth_metric(self, name: str) -> GaugeMetric:
-        """``workqueue_depth``: keys waiting to be handed out."""
-        ...
-
-    def new_adds_metric(self, name: str) -> CounterMetric:
-        """``workqueue_adds_total``: adds that queued a key (stingy no-ops not counted)."""
-        ...
-
-    def new_latency_metric(self, name: str) -> HistogramMetric:
-        """``workqueue_queue_duration_seconds``: from add to get."""
-        ...
-
-    def new_work_duration_metric(self, name: str) -> HistogramMetric:
-        """``workqueue_work_duration_seconds``: from get to done."""
-        ...
-
-    def new_unfinished_work_seconds_metric(self, name: str) -> SettableGaugeMetric:
-        """``workqueue_unfinished_work_seconds``: summed age of all in-flight work."""
-        ...
-
-    def new_longest_running_processor_seconds_metric(self, name: str) -> SettableGaugeMetric:
-        """``workqueue_longest_running_processor_seconds``: age of the oldest in-flight work."""
-        ...
-
-    def new_retries_metric(self, name: str) -> CounterMetric:
-        """``workqueue_retries_total``: calls to ``add_after`` (and so ``add_rate_limited``)."""
-        ...
-
-
-class _NoopMetric:
-    def inc(self) -> None:
-        pass
-
-    def dec(self) -> None:
-        pass
-
-    def set(self, value: float) -> None:
-        pass
-
-    def observe(self, value: float) -> None:
-        pass
-
-
-_NOOP_METRIC: Final = _NoopMetric()
-
-
-def _noop_metric(provider: object, name: str) -> _NoopMetric:
-    return _NOOP_METRIC
-
-
-class NoopMetricsProvider:
-    """Reports nothing. Queues given this provider skip metric bookkeeping entirely."""
-
-    # One metric that does nothing serves as every kind (it has inc, dec, set and observe).
-    new_depth_metric = new_adds_metric = new_latency_metric = _noop_metric
-    new_work_duration_metric = new_unfinished_work_seconds_metric = _noop_metric
-    new_longest_running_processor_seconds_metric = new_retries_metric = _noop_metric
-
-
-def _reports_metrics(name: str, provider: MetricsProvider | None) -> bool:
-    # client-go's rule: an unnamed queue has no label value to report under, so it reports nothing.
-    return bool(name) and provider is not None and not isinstance(provider, NoopMetricsProvider)
-
-
-class _QueueMetrics(Generic[T]):
-    """Per-queue metric bookkeeping; every method is called with the queue's lock held."""
-
-    def __init__(self, provider: MetricsProvider, name: str, clock: Clock) -> None:
-        self._clock = clock
-        self._depth = provider.new_depth_metric(name)
-        self._adds = provider.new_adds_metric(name)
-        self._latency = provider.new_latency_metric(name)
-        self._work_duration = provider.new_work_duration_metric(name)
-        self._unfinished_work = provider.new_unfinished_work_seconds_metric(name)
-        self._longest_running = provider.new_longest_running_processor_seconds_metric(name)
-        # When each waiting key was first added, and when each in-flight key was handed out.
-        self._added_at: dict[T, float] = {}
-        self._started_at: dict[T, float] = {}
-
-    def added(self, item: T) -> None:
-        self._adds.inc()
-        self._depth.inc()
-        self._added_at.setdefault(item, self._clock.now())
-
-    def handed_out(self, item: T) -> None:
-        now = self._clock.now()
-        self._depth.dec()
-        self._started_at[item] = now
-        added_at = self._added_at.pop(item, None)
-        if added_at is not None:
-            self._latency.observe(now - added_at)
-
-    def done(self, item: T) -> None:
-        started_at = self._started_at.pop(item, None)
-        if started_at is not None:
-            self._work_duration.observe(self._clock.now() - started_at)
-
-    def update_unfinished_work(self) -> None:
-        now = self._clock.now()
-        ages = [now - started_at for started_at in self._started_at.values()]
-        self._unfinished_work.set(sum(ages))
-        self._longest_running.set(max(ages, default=0.0))
+    def __len__(self) -> int: ...
 
 
 # --- Queue ---------------------------------------------------------------------------------------
@@ -265,7 +137,7 @@ class Queue(Generic[T]):
         # Wakes getters when a key is queued or on shutdown, and drainers when work finishes.
         self._cond = threading.Condition(self._lock)
         # Order of hand-out. Every key here is in `_dirty` and not in `_processing`.
-        self._queue: deque[T] = deque()
+        self._queue: WaitingLine[T] = deque()
         # Keys that need processing: queued, or re-added while in flight (requeued on done).
         self._dirty: set[T] = set()
         # Keys handed out by get() and not yet done().
@@ -273,9 +145,9 @@ class Queue(Generic[T]):
         self._shutting_down = False
         # True while shut_down_with_drain waits; shut_down() clears it to stop that wait.
         self._draining = False
-        self._metrics: _QueueMetrics[T] | None = (
-            _QueueMetrics(metrics, name, self._clock)
-            if metrics is not None and _reports_metrics(name, metrics)
+        self._metrics: QueueMetrics[T] | None = (
+            QueueMetrics(metrics, name, self._clock)
+            if metrics is not None and reports_metrics(name, metrics)
             else None
         )
 
@@ -303,16 +175,19 @@ class Queue(Generic[T]):
         ``timeout`` passes first. The caller must call :meth:`done` with the key.
         """
         with self._lock:
-            if not self._queue and not self._shutting_down:
-                self._wait_for_item(timeout)
-            if not self._queue:
-                raise QueueShutDown
-            item = self._queue.popleft()
-            self._processing.add(item)
-            self._dirty.discard(item)
-            if self._metrics is not None:
-                self._metrics.handed_out(item)
-            return item
+            return self._get_locked(timeout)
+
+    def _get_locked(self, timeout: float | None) -> T:
+        if not self._queue and not self._shutting_down:
+            self._wait_for_item(timeout)
+        if not self._queue:
+            raise QueueShutDown
+        item = self._queue.popleft()
+        self._processing.add(item)
+        self._dirty.discard(item)
+        if self._metrics is not None:
+            self._metrics.handed_out(item)
+        return item
 
     def _wait_for_item(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -433,7 +308,7 @@ class DelayingQueue(Queue[T]):
         self._sequence = 0
         self._retries: CounterMetric | None = (
             metrics.new_retries_metric(name)
-            if metrics is not None and _reports_metrics(name, metrics)
+            if metrics is not None and reports_metrics(name, metrics)
             else None
         )
         # Daemon so a queue someone forgot to shut down cannot hang interpreter exit.
@@ -449,23 +324,26 @@ class DelayingQueue(Queue[T]):
         Each call counts as a retry in ``workqueue_retries_total``, as in client-go.
         """
         with self._lock:
-            if self._shutting_down:
-                return
-            if self._retries is not None:
-                self._retries.inc()
-            if delay_seconds <= 0:
-                self._add_locked(item)
-                return
-            ready_at = self._clock.now() + delay_seconds
-            existing = self._ready_at_entry.get(item)
-            if existing is not None and existing[0] <= ready_at:
-                return
-            self._sequence += 1
-            entry = (ready_at, self._sequence, item)
-            self._ready_at_entry[item] = entry
-            heapq.heappush(self._delayed, entry)
-            if self._delayed[0] is entry:
-                self._waiter_cond.notify()  # the waiter sleeps until a later time
+            self._add_after_locked(item, delay_seconds)
+
+    def _add_after_locked(self, item: T, delay_seconds: float) -> None:
+        if self._shutting_down:
+            return
+        if self._retries is not None:
+            self._retries.inc()
+        if delay_seconds <= 0:
+            self._add_delayed_locked(item)
+            return
+        ready_at = self._clock.now() + delay_seconds
+        existing = self._ready_at_entry.get(item)
+        if existing is not None and existing[0] <= ready_at:
+            return
+        self._sequence += 1
+        entry = (ready_at, self._sequence, item)
+        self._ready_at_entry[item] = entry
+        heapq.heappush(self._delayed, entry)
+        if self._delayed[0] is entry:
+            self._waiter_cond.notify()  # the waiter sleeps until a later time
 
     def _run_waiter(self) -> None:
         period = UNFINISHED_WORK_UPDATE_PERIOD
@@ -486,7 +364,12 @@ class DelayingQueue(Queue[T]):
             item = entry[2]
             if self._ready_at_entry.get(item) is entry:
                 del self._ready_at_entry[item]
-                self._add_locked(item)
+                self._add_delayed_locked(item)
+
+    def _add_delayed_locked(self, item: T) -> None:
+        """A delayed key is due (or was delayed by ≤ 0): add it. A priority queue adds it at the
+        priority it was delayed with."""
+        self._add_locked(item)
 
     def _next_wake_locked(self, next_metrics_update: float | None) -> float | None:
         # Drop stale entries from the head so they do not cause early wake-ups.

@@ -7,6 +7,7 @@ implementation and may move. The package is also the application layer -- the
 services and ``common``; the services never import it.
 """
 
+from common.compact_store import CompactIndexer
 from common.deltas import Delta, DeltaType
 from common.handlers import (
     FilteringResourceEventHandler,
@@ -21,6 +22,7 @@ from common.object_keys import (
     meta_namespace_key,
     split_meta_namespace_key,
 )
+from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY, PriorityQueue
 from common.rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -32,13 +34,15 @@ from common.rate_limiters import (
 from common.store import Indexer
 from common.workqueue import DelayingQueue, Queue, QueueShutDown, RateLimitingQueue
 from informer_bus.kube_api import kube_api_client, kube_connection
-from informer_bus.subscribe import (
+from informer_bus.subscription import (
     FROM_BEGINNING,
     FROM_NOW,
+    DurableSubscription,
     SubscribedDelta,
     SubscribeError,
     Subscription,
     subscribe,
+    subscribe_durable,
 )
 from processor_svc.async_controller import AsyncController
 from processor_svc.async_dispatch import AsyncResourceEventHandler
@@ -67,15 +71,19 @@ __version__ = "0.1.0"
 __all__ = [
     "FROM_BEGINNING",
     "FROM_NOW",
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
     "AsyncController",
     "AsyncResourceEventHandler",
     "BucketRateLimiter",
+    "CompactIndexer",
     "Controller",
     "DeclarationError",
     "DelayingQueue",
     "DeletedFinalStateUnknown",
     "Delta",
     "DeltaType",
+    "DurableSubscription",
     "FilteringResourceEventHandler",
     "For",
     "HandlerContext",
@@ -88,6 +96,7 @@ __all__ = [
     "MaxOfRateLimiter",
     "Obj",
     "Owns",
+    "PriorityQueue",
     "Queue",
     "QueueShutDown",
     "RateLimiter",
@@ -115,4 +124,5 @@ __all__ = [
     "process_deltas",
     "split_meta_namespace_key",
     "subscribe",
+    "subscribe_durable",
 ]

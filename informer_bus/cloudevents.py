@@ -48,7 +48,7 @@ from typing import Any, Final
 from common.deltas import DeltaType
 from common.publication import ResourceLayout
 from common.resource_ids import ResourceSpec
-from informer_bus.subscribe import SubscribedDelta
+from informer_bus.subscription import SubscribedDelta
 
 __all__ = [
     "CONTENT_TYPE_JSON",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from common.redis_conversation import Conversation, Scan, converse
 from common.redis_layout import (
     GroupKeys,
     GroupShardKeys,
@@ -23,7 +24,13 @@ from common.redis_layout import (
     scan_pattern,
 )
 
-__all__ = ["Discovered", "discover", "discover_resources", "discover_shard_count"]
+__all__ = [
+    "Discovered",
+    "discover",
+    "discover_resources",
+    "discover_shard_count",
+    "shard_count_conversation",
+]
 
 
 def _names(client: redis.Redis, pattern: str) -> list[str]:
@@ -81,9 +88,15 @@ def discover_shard_count(client: redis.Redis, prefix: str, resource: str) -> int
     other publishers). The count is the highest shard number found plus one. Raises
     ``ValueError`` for a malformed prefix or resource.
     """
+    return converse(client, shard_count_conversation(prefix, resource))
+
+
+def shard_count_conversation(prefix: str, resource: str) -> Conversation[int]:
+    """:func:`discover_shard_count` as a conversation (for a blocking or an asyncio client)."""
     ResourceKeys(prefix, resource)  # validates the names (ValueError)
     highest = -1
-    for name in _names(client, scan_pattern(prefix, resource)):
+    names: list[str] = yield Scan(scan_pattern(prefix, resource))
+    for name in names:
         shard = parse_shard_key(prefix, name)
         if (
             shard is not None

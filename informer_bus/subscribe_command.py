@@ -1,4 +1,4 @@
-"""``informer-bus subscribe RESOURCE``: the command line of :mod:`informer_bus.subscribe`.
+"""``informer-bus subscribe RESOURCE``: the command line of :mod:`informer_bus.subscription`.
 
 Deltas are printed as they arrive (JSON lines, or a table), one write per delta, so a pipe
 sees each at once; a reader that went away (``| head``) ends it, even while no delta comes.
@@ -51,10 +51,11 @@ from informer_bus.cloudevents_sink import (
 )
 from informer_bus.initial_list_progress import InitialListProgress
 from informer_bus.subcommand import Subcommand
-from informer_bus.subscribe import (
+from informer_bus.subscription import (
     FROM_BEGINNING,
     FROM_NOW,
     VALID_TYPES,
+    DurableSubscription,
     StopSignal,
     SubscribedDelta,
     SubscribeError,
@@ -63,6 +64,7 @@ from informer_bus.subscribe import (
     check_start,
     parse_types,
     subscribe,
+    subscribe_durable,
 )
 
 __all__ = ["HELP", "PROGRAM", "SUBSCRIBE", "SubscribeSettings"]
@@ -502,23 +504,27 @@ def _subscribe_and(
     signals: SignalledStop,
 ) -> int:
     """Subscribe, then print the deltas or send them to the sink; the exit status."""
+    shared: dict[str, Any] = {
+        "types": options.types,
+        "namespace": args.namespace,
+        "shard_count": options.shards,
+        "prefix": settings.prefix,
+        "stop": stop,
+        "on_undecodable": _warn_undecodable,
+        "connection": connection,
+        "cluster": settings.redis.cluster,
+        "wait": args.wait,
+        "on_waiting": _say_waiting,
+    }
+    url, resource = settings.redis.url, args.resource
+    subscription: Subscription | DurableSubscription
     try:
-        subscription = subscribe(
-            settings.redis.url,
-            args.resource,
-            start=options.start,
-            group=args.group,
-            types=options.types,
-            namespace=args.namespace,
-            shard_count=options.shards,
-            prefix=settings.prefix,
-            stop=stop,
-            on_undecodable=_warn_undecodable,
-            connection=connection,
-            cluster=settings.redis.cluster,
-            wait=args.wait,
-            on_waiting=_say_waiting,
-        )
+        if args.group is None:
+            assert options.start is not None
+            subscription = subscribe(url, resource, start=options.start, **shared)
+        else:
+            subscription = subscribe_durable(url, resource, args.group, **shared)
+        subscription.open()  # the mistakes and an unreachable Redis surface here, one line
     except SubscribeError as exc:
         return fail(PROGRAM, str(exc))
     except (redis.RedisError, ValueError) as exc:  # unreachable, or a URL redis-py refuses
@@ -533,7 +539,8 @@ def _subscribe_and(
     try:
         with subscription:
             deltas = itertools.islice(subscription, options.count)
-            progress = InitialListProgress(subscription, _say)
+            durable = subscription if isinstance(subscription, DurableSubscription) else None
+            progress = InitialListProgress(durable, _say)
             _print_deltas(deltas, options.output, mapper, progress, signals.finishing)
     except BrokenPipeError:
         _silence_stdout()
@@ -547,7 +554,10 @@ def _subscribe_and(
 
 
 def _send(
-    subscription: Subscription, options: SinkOptions, count: int | None, stop: threading.Event
+    subscription: Subscription | DurableSubscription,
+    options: SinkOptions,
+    count: int | None,
+    stop: threading.Event,
 ) -> int:
     """POST every delta to the sink; leaving the ``with`` block by :class:`SinkStopped` keeps
     the event in hand unacknowledged (a durable subscriber sends it again on its next start)."""

@@ -115,28 +115,28 @@ class AsyncController(Controller):
         while True:
             self._slots.acquire()  # a reconcile's slot, given back when its coroutine ends
             try:
-                key = self.queue.get()
+                key, priority = self._keys.get()
             except QueueShutDown:
                 self._slots.release()
                 break
-            future: Future[None] = self._event_loop.submit(self._reconcile_one(key))
+            future: Future[None] = self._event_loop.submit(self._reconcile_one(key, priority))
             future.add_done_callback(self._report)
         for _ in range(self._limit):  # every reconcile in flight ended
             self._slots.acquire()
         for _ in range(self._limit):
             self._slots.release()
 
-    async def _reconcile_one(self, key: str) -> None:
+    async def _reconcile_one(self, key: str, priority: int) -> None:
         try:
             admitted, shard = self._admit(key)
             if not admitted:
                 return
             try:
-                if self._ready(key, shard):
+                if self._ready(key, shard, priority):
                     try:
                         await self.reconcile(key)
                     except Exception as exc:
-                        self._handle_error(key, exc)
+                        self._handle_error(key, exc, priority)
                     else:
                         self._forget(key)
             finally:

@@ -7,7 +7,8 @@ threads take keys off the queue and call :meth:`Controller.reconcile`, which rea
 state from the lister and makes the world match it. The workqueue supplies the rest
 (reference 6): a key waiting once absorbs any number of events for it, one key is never
 reconciled by two workers at once, and failures come back later with per-key exponential
-backoff instead of hot-looping.
+backoff instead of hot-looping. The queue is a priority queue: keys of an initial list, a
+takeover or a resync wait behind those of fresh events (:mod:`processor_svc.event_priority`).
 
 Usage, as a ``--handler`` target (``--handler mypkg.controllers:ReplicaChecker``)::
 
@@ -59,14 +60,15 @@ import inspect
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.handlers import ResourceEventHandler
 from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.priority_queue import LOW_PRIORITY, NORMAL_PRIORITY
 from common.rate_limiters import RateLimiter
 from common.workqueue import QueueShutDown, RateLimitingQueue
+from processor_svc.event_priority import KeyQueue, add_priority, update_priority
 from processor_svc.handlers import (
     DeclaresResources,
     HandlerContext,
@@ -75,7 +77,9 @@ from processor_svc.handlers import (
     ServesResources,
     ShardAware,
 )
+from processor_svc.handover_guard import HandoverGuard
 from processor_svc.predicates import UpdatePredicate
+from processor_svc.sync_waits import SyncWaits
 from processor_svc.watches import Binding, Declarations
 from processor_svc.write_barrier import DEFAULT_TIMEOUT, Expectation, Verdict, WriteBarrier
 
@@ -84,13 +88,6 @@ __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_WORKERS", "Controller"]
 _FIELD_SEPARATOR = " "
 """Between the controller's name and the key in a saved field (names have no whitespace), so
 that controllers of one processor group with the same primary keep their own expectations."""
-
-KEY_SYNC_RETRY_SECONDS = 0.1
-"""How soon a key whose shard's caches are still loading is first tried again; each further
-wait doubles, up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`."""
-KEY_SYNC_RETRY_MAX_SECONDS = 2.0
-"""The longest pause between two looks at a key whose shard's caches are still loading: a
-co-sharded resource whose reflector is slow must not make thousands of keys spin."""
 
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
@@ -117,9 +114,8 @@ class Controller(abc.ABC):
       workqueue factory chose (client-go's default controller rate limiter unless configured).
     * ``wait_for_sync``: workers wait for every served resource's cache before the first
       reconcile, and a key until the caches of its shard are loaded
-      (``HandlerContext.synced_for``; meanwhile it is tried again after
-      :data:`KEY_SYNC_RETRY_SECONDS`, doubling up to :data:`KEY_SYNC_RETRY_MAX_SECONDS`, which
-      is not a failure).
+      (``HandlerContext.synced_for``; meanwhile it is tried again after a pause that doubles,
+      :mod:`processor_svc.sync_waits`, which is not a failure).
     * ``reconcile_only_owned``: skip (and forget) a key whose shard this processor no longer
       owns, because the lister would show it as absent although it was only handed over; its
       new owner re-delivers and reconciles it. Applies to keys whose shard the primary's lister
@@ -209,6 +205,7 @@ class Controller(abc.ABC):
         self.logger = context.logger.getChild(self.name)
         self._rate_limiter = rate_limiter
         self.queue: RateLimitingQueue[str] = context.workqueue_factory(self.name)
+        self._keys = KeyQueue(self.queue)
         self.barrier = WriteBarrier(
             cls.write_barrier_timeout if write_barrier_timeout is None else write_barrier_timeout,
             resource=self.resource,
@@ -231,13 +228,8 @@ class Controller(abc.ABC):
         # Serialises saving a key's expectations with reading them, so that the last save of a
         # key writes its latest state, whichever thread changed it last.
         self._save_lock = threading.Lock()
-        # Guards the shards being handed over and the reconciles running per shard (None: of
-        # keys that do not tell their shard); notified whenever a reconcile ends.
-        self._ownership = threading.Condition()
-        self._leaving: set[int] = set()
-        self._running: Counter[int | None] = Counter()
-        self._sync_waits: dict[str, int] = {}
-        """Keys waiting for their shard's caches: how often each was put back."""
+        self._handover = HandoverGuard()
+        self._sync_waits = SyncWaits()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -259,13 +251,13 @@ class Controller(abc.ABC):
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
         key = self.key_of(obj)
         self._observe(self.resource, key, obj, False)
-        self.enqueue(key)
+        self.enqueue(key, add_priority(is_in_initial_list))
 
     def on_update(self, old: Obj, new: Obj) -> None:
         key = self.key_of(new)
         self._observe(self.resource, key, new, False)  # it reached the cache, filtered or not
         if all(predicate(old, new) for predicate in self.predicates):
-            self.enqueue(key)
+            self.enqueue(key, update_priority(old, new))
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         key = self.key_of(obj)
@@ -326,13 +318,16 @@ class Controller(abc.ABC):
             )
         return resource
 
-    def enqueue(self, key: str) -> None:
-        """Queue ``key`` for reconciling; a no-op if it is already waiting or after stop."""
-        self.queue.add(key)
+    def enqueue(self, key: str, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``key`` at ``priority`` (:mod:`processor_svc.event_priority`); a no-op if it
+        already waits that high, or after stop."""
+        self._keys.add(key, priority)
 
-    def enqueue_after(self, key: str, delay_seconds: float) -> None:
+    def enqueue_after(
+        self, key: str, delay_seconds: float, priority: int = NORMAL_PRIORITY
+    ) -> None:
         """Queue ``key`` after a delay, e.g. to re-check something that is expected to change."""
-        self.queue.add_after(key, delay_seconds)
+        self._keys.add_after(key, delay_seconds, priority)
 
     # --- following shard ownership (ShardAware) ------------------------------------------------
 
@@ -344,8 +339,7 @@ class Controller(abc.ABC):
         expectation expires, so its expectations are settled (and forgotten in the store) even
         if no event queues it. Raises what the store raises (Redis unreachable)."""
         acquired = set(shards)
-        with self._ownership:
-            self._leaving -= acquired
+        self._handover.acquired(acquired)
         store = self.context.expectations
         if store is None:
             return
@@ -361,8 +355,8 @@ class Controller(abc.ABC):
         for key, expectations in loaded.items():
             self.barrier.restore(key, expectations)
             remaining = self.barrier.remaining(key)
-            if remaining is not None:
-                self.queue.add_after(key, remaining)
+            if remaining is not None:  # a takeover's work: behind fresh events
+                self._keys.add_after(key, remaining, LOW_PRIORITY)
         if loaded:
             self.logger.info(
                 "loaded the write expectations of %d keys of shards %s",
@@ -373,8 +367,7 @@ class Controller(abc.ABC):
         """``shards`` are about to go to another processor: from now on their keys taken off
         the queue are skipped and forgotten, as those of shards already gone are
         (``reconcile_only_owned``). Does not block."""
-        with self._ownership:
-            self._leaving |= set(shards)
+        self._handover.leaving(shards)
 
     def wait_shards_idle(self, shards: Sequence[int], timeout: float) -> bool:
         """Return ``True`` once no reconcile of a key of ``shards`` runs (nor of a key that does
@@ -383,13 +376,8 @@ class Controller(abc.ABC):
         processors never reconcile one key at once. Once idle, the barrier drops what it held
         for their keys: the store keeps it for their next owner."""
         wanted = set(shards)
-        deadline = time.monotonic() + timeout
-        with self._ownership:
-            while None in self._running or not wanted.isdisjoint(self._running):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._ownership.wait(left)
+        if not self._handover.wait_idle(wanted, timeout):
+            return False
         for key in self.barrier.pending_keys():
             if self.lister.shard_of(key) in wanted:
                 self.barrier.forget(key)
@@ -428,15 +416,14 @@ class Controller(abc.ABC):
         if self._rate_limiter is not None:
             self._rate_limiter.forget(key)
         self.queue.forget(key)
-        if self._sync_waits:  # a key skipped while it waited for its caches
-            with self._ownership:
-                self._sync_waits.pop(key, None)
+        self._sync_waits.forget(key)  # a key skipped while it waited for its caches
 
-    def _requeue_rate_limited(self, key: str) -> None:
+    def _requeue_rate_limited(self, key: str, priority: int) -> None:
+        """A retry, at the priority the key was handed out at (controller-runtime's rule)."""
         if self._rate_limiter is not None:
-            self.queue.add_after(key, self._rate_limiter.when(key))
+            self._keys.add_after(key, self._rate_limiter.when(key), priority)
         else:
-            self.queue.add_rate_limited(key)
+            self._keys.add_rate_limited(key, priority)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -493,24 +480,24 @@ class Controller(abc.ABC):
             return
         while True:
             try:
-                key = self.queue.get()
+                key, priority = self._keys.get()
             except QueueShutDown:
                 return
             try:
-                self._process(key)
+                self._process(key, priority)
             finally:
                 self.queue.done(key)
 
-    def _process(self, key: str) -> None:
+    def _process(self, key: str, priority: int) -> None:
         admitted, shard = self._admit(key)
         if not admitted:
             return
         try:
-            if self._ready(key, shard):
+            if self._ready(key, shard, priority):
                 try:
                     self.reconcile(key)
                 except Exception as exc:
-                    self._handle_error(key, exc)
+                    self._handle_error(key, exc, priority)
                 else:
                     self._forget(key)
         finally:
@@ -520,39 +507,30 @@ class Controller(abc.ABC):
         """Whether ``key`` may be reconciled here now, and its shard; if so, it counts as
         running for :meth:`wait_shards_idle` until :meth:`_finish`."""
         shard = self.lister.shard_of(key)
-        # Deciding and counting under one lock: a hand-over either sees this reconcile running
-        # (wait_shards_idle waits for it) or this worker sees the shard leaving.
-        with self._ownership:
-            leaving = shard is not None and shard in self._leaving
-            if not leaving:
-                self._running[shard] += 1
-        if leaving:
+        if not self._handover.enter(shard):
             self.logger.debug("skipping %s: its shard is being handed over", key)
             self._forget(key)
-        return not leaving, shard
+            return False, shard
+        return True, shard
 
     def _finish(self, shard: int | None) -> None:
-        with self._ownership:
-            self._running[shard] -= 1
-            if not self._running[shard]:
-                del self._running[shard]
-            self._ownership.notify_all()
+        self._handover.leave(shard)
 
-    def _ready(self, key: str, shard: int | None) -> bool:
+    def _ready(self, key: str, shard: int | None, priority: int) -> bool:
         """Whether to reconcile ``key`` now: its shard is still here, its caches are loaded and
         they show this controller's last writes; if not, the key is forgotten or put back."""
         if self._shard_moved_away(key, shard):
             self.logger.debug("skipping %s: its shard is no longer owned here", key)
             self._forget(key)
             return False
-        if self.wait_for_sync and not self._key_synced(key):
+        if self.wait_for_sync and not self._key_synced(key, priority):
             return False
         verdict = self.barrier.check(key, self._read_cache)
         if verdict is Verdict.WAIT:
             # The event that brings the last write releases the key; the deadline, if not.
             remaining = self.barrier.remaining(key)
             if remaining is not None:
-                self.queue.add_after(key, remaining)
+                self._keys.add_after(key, remaining, priority)
             return False
         if verdict is Verdict.EXPIRED:
             self.logger.warning(
@@ -560,23 +538,17 @@ class Controller(abc.ABC):
                 "retrying rather than acting on it",
                 key, self.barrier.timeout, extra={"controller": self.name, "key": key},
             )  # fmt: skip
-            self._requeue_rate_limited(key)
+            self._requeue_rate_limited(key, priority)
             return False
         return True
 
-    def _key_synced(self, key: str) -> bool:
+    def _key_synced(self, key: str, priority: int) -> bool:
         """Whether the caches of ``key``'s shard are loaded; if not, the key is added again
         later (a takeover is loading them: not a failure, so not the rate limiter's business)."""
         if self.context.synced_for(key):
-            if self._sync_waits:
-                with self._ownership:
-                    self._sync_waits.pop(key, None)
+            self._sync_waits.forget(key)
             return True
-        with self._ownership:
-            waits = self._sync_waits.get(key, 0)
-            self._sync_waits[key] = waits + 1
-        delay = min(KEY_SYNC_RETRY_MAX_SECONDS, KEY_SYNC_RETRY_SECONDS * 2**waits)
-        self.queue.add_after(key, delay)
+        self._keys.add_after(key, self._sync_waits.next_delay(key), priority)
         return False
 
     def _read_cache(self, resource: str, object_key: str) -> Obj | None:
@@ -589,7 +561,7 @@ class Controller(abc.ABC):
             return False
         return not self.lister.owns(key)
 
-    def _handle_error(self, key: str, exc: Exception) -> None:
+    def _handle_error(self, key: str, exc: Exception, priority: int) -> None:
         failures = self.num_requeues(key)
         fields = {"controller": self.name, "key": key, "failures": failures + 1}
         if failures < self.max_retries:
@@ -603,7 +575,7 @@ class Controller(abc.ABC):
                 "reconcile of %s failed (attempt %d), retrying: %s: %s",
                 key, failures + 1, type(exc).__name__, exc, extra=fields,
             )  # fmt: skip
-            self._requeue_rate_limited(key)
+            self._requeue_rate_limited(key, priority)
             return
         self._forget(key)
         self.logger.error(

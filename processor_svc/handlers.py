@@ -41,6 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 from common.handlers import ResourceEventHandler
 from common.object_keys import Obj
 from common.plugins import PluginError, load_plugin, user_traceback
+from common.priority_queue import PriorityQueue
 from common.publication import ResourceLayout
 from common.rate_limiters import Clock, RateLimiter
 from common.resource_ids import check_resource_id
@@ -454,16 +455,22 @@ def make_workqueue_factory(
     *,
     rate_limiter_factory: Callable[[], RateLimiter[str]] | None = None,
     clock: Clock | None = None,
+    priority: bool = True,
 ) -> WorkqueueFactory:
     """A :data:`WorkqueueFactory` for :class:`HandlerContext`.
 
     Each queue gets a fresh limiter from ``rate_limiter_factory`` (default: client-go's
     default controller rate limiter) and reports to ``metrics`` (e.g. a
-    :class:`common.prometheus_workqueue.PrometheusMetricsProvider`) under its name.
+    :class:`common.prometheus_workqueue.PrometheusMetricsProvider`) under its name. Queues are
+    :class:`~common.priority_queue.PriorityQueue`, so a controller's initial list, takeovers
+    and resyncs wait behind fresh events (controller-runtime's default since v0.23);
+    ``priority=False`` makes FIFO queues (controller-runtime's ``UsePriorityQueue: false``).
     """
 
     def new_queue(name: str) -> RateLimitingQueue[str]:
         limiter = rate_limiter_factory() if rate_limiter_factory is not None else None
+        if priority:
+            return PriorityQueue[str](limiter, name=name, metrics=metrics, clock=clock)
         return RateLimitingQueue[str](limiter, name=name, metrics=metrics, clock=clock)
 
     return new_queue

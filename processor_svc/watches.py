@@ -49,9 +49,11 @@ from typing import Any, Final, Protocol, Self, overload
 
 from common.handlers import ResourceEventHandler
 from common.object_keys import DeletedFinalStateUnknown, Obj, deletion_handling_meta_namespace_key
+from common.priority_queue import NORMAL_PRIORITY
 from common.publication import ResourceLayout
 from common.shard_routing import controller_reference, owner_key
 from common.store import IndexFunc
+from processor_svc.event_priority import add_priority, update_priority
 from processor_svc.handlers import HandlerContext, Lister, ResourceUse
 from processor_svc.predicates import UpdatePredicate
 
@@ -207,7 +209,8 @@ class Binding:
     primary: str
     primary_lister: Lister
     layouts: Callable[[str], ResourceLayout | None]
-    enqueue: Callable[[str], None]
+    enqueue: Callable[[str, int], None]
+    """Queues a primary key at a priority (:mod:`processor_svc.event_priority`)."""
     observe: Observe
 
 
@@ -357,7 +360,7 @@ class _OwnerEnqueuer:
         self._observe(self._resource, key, obj, False)
         owner = self._owner_of(key, obj)
         if owner is not None:
-            self._enqueue(owner)
+            self._enqueue(owner, add_priority(is_in_initial_list))
 
     def on_update(self, old: Obj, new: Obj) -> None:
         key = deletion_handling_meta_namespace_key(new)
@@ -366,11 +369,11 @@ class _OwnerEnqueuer:
         previous = owner if old is new else self._owner_of(key, old)
         if previous != owner:  # re-owned, adopted or released: both owners hear of it
             if previous is not None:
-                self._enqueue(previous)
+                self._enqueue(previous, NORMAL_PRIORITY)
             if owner is not None:
-                self._enqueue(owner)
+                self._enqueue(owner, NORMAL_PRIORITY)
         elif owner is not None and all(predicate(old, new) for predicate in self._predicates):
-            self._enqueue(owner)
+            self._enqueue(owner, update_priority(old, new))
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         key = deletion_handling_meta_namespace_key(obj)
@@ -378,7 +381,7 @@ class _OwnerEnqueuer:
         final = _final_state(obj)
         owner = None if final is None else self._owner_of(key, final)
         if owner is not None:
-            self._enqueue(owner)
+            self._enqueue(owner, NORMAL_PRIORITY)
 
     def _owner_of(self, key: str, obj: Obj) -> str | None:
         """The primary key of ``obj``'s controlling owner, or ``None`` (no controlling owner,
@@ -432,22 +435,24 @@ class _MappedEnqueuer:
 
     def on_add(self, obj: Obj, is_in_initial_list: bool) -> None:
         self._observe(self._resource, deletion_handling_meta_namespace_key(obj), obj, False)
+        priority = add_priority(is_in_initial_list)
         for key in self._map(self._controller, obj):
-            self._enqueue(key)
+            self._enqueue(key, priority)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         self._observe(self._resource, deletion_handling_meta_namespace_key(new), new, False)
         if not all(predicate(old, new) for predicate in self._predicates):
             return
+        priority = update_priority(old, new)
         for key in self._map(self._controller, new):
-            self._enqueue(key)
+            self._enqueue(key, priority)
         if old is not new:  # the queue coalesces keys both name
             for key in self._map(self._controller, old):
-                self._enqueue(key)
+                self._enqueue(key, priority)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         self._observe(self._resource, deletion_handling_meta_namespace_key(obj), obj, True)
         final = _final_state(obj)
         if final is not None:
             for key in self._map(self._controller, final):
-                self._enqueue(key)
+                self._enqueue(key, NORMAL_PRIORITY)

@@ -25,7 +25,8 @@ inherited_signals.give_children_the_default_stop_signals()
 # service or tool under test, which is told where its Redis is (the tests' own redis-server).
 os.environ.pop(REDIS_URL_ENV, None)
 
-pytest_plugins = ["tests.support.simulator"]
+# Fixtures defined beside what they serve, registered here for every test.
+pytest_plugins = ["tests.support.simulator", "tests.support.bus"]
 
 # No Hypothesis deadline: a timed assertion, and on a loaded 2-core machine a 0.1 ms example
 # can take 250 ms once (seen in tests/processor/ownership/test_assignment.py). Per-test timeouts

@@ -16,7 +16,12 @@ from redis.exceptions import RedisClusterException
 from apiserver_sim import Simulator, SimulatorSettings
 from bench.chaos.catalogue import Scenario
 from bench.chaos.topologies import TOPOLOGIES, RedisTopology
-from tests.processor.ha.conftest import (
+from tests.support.bus import (
+    Bus,
+    ProcessorProcess,
+    ReflectorProcess,
+)
+from tests.support.processor_ha import (
     Call,
     assignment_problems,
     final_stores,
@@ -24,12 +29,7 @@ from tests.processor.ha.conftest import (
     read_calls,
     store_differences,
 )
-from tests.reflector.ha.conftest import reflector_flags
-from tests.support.bus import (
-    Bus,
-    ProcessorProcess,
-    ReflectorProcess,
-)
+from tests.support.reflector_ha import reflector_flags
 from tests.support.waiting import wait_until
 
 SHARDS = 8

@@ -13,7 +13,7 @@ in time (or a cluster fails over: ``CLUSTERDOWN``, a slot not covered yet), reco
 with what it last observed for that shard as this process's own lease (``lease_read``
 false), and with ``unread_since``: when the reads started failing.
 What it cannot observe it does not claim; what follows from it is still checked
-(``tests.processor.ha.conftest.ownership_problems``): a processor stops calling handlers for a
+(``tests.support.processor_ha.ownership_problems``): a processor stops calling handlers for a
 shard at its renew deadline, which comes at the latest ``renew_deadline`` seconds after Redis
 stopped answering, so a call recorded later than that is a problem.
 

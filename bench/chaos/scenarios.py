@@ -42,7 +42,7 @@ The churn stops when the fault ends, so the ground truth stands still from then 
 to recover" has one meaning: fault end until the processors' stores (replayed from their
 recorded calls) equal the simulator's objects again, with a reflector leading and synced and
 every shard owned by a live processor. A second short churn then proves the pipeline flows live
-again, and the checks of :mod:`tests.support.bus` and :mod:`tests.processor.ha.conftest` run
+again, and the checks of :mod:`tests.support.bus` and :mod:`tests.support.processor_ha` run
 on everything that was published and handled. Each fault also checks that it really bit (the
 watchdog fired, tombstones were delivered, the paused leader's writes were refused, ...).
 :func:`run` returns a :class:`Result`; its ``problems`` are empty when every promise held.
@@ -63,7 +63,11 @@ from bench.chaos.catalogue import Scenario
 from bench.chaos.faults import FAULTS
 from bench.chaos.processes import REDIS_ERRORS, ChaosPipeline
 from bench.markdown_table import markdown_rows
-from tests.processor.ha.conftest import (
+from tests.support.bus import (
+    duplicate_problems,
+    order_problems,
+)
+from tests.support.processor_ha import (
     Call,
     deletion_problems,
     final_stores,
@@ -71,10 +75,6 @@ from tests.processor.ha.conftest import (
     ownership_problems,
     store_differences,
     stream_problems,
-)
-from tests.support.bus import (
-    duplicate_problems,
-    order_problems,
 )
 from tests.support.waiting import wait_until
 

@@ -17,12 +17,9 @@ from apiserver_sim import SimulatorProcess, SimulatorSettings
 from bench.soak.handler import DUMP_REQUEST
 from bench.soak.results import SoakConfig
 from informer_bus import local_redis
-from tests.processor.ha.conftest import (
-    processor_settings,
-    wait_balanced,
-)
-from tests.reflector.ha.conftest import reflector_flags
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
+from tests.support.processor_ha import processor_settings, wait_balanced
+from tests.support.reflector_ha import reflector_flags
 from tests.support.waiting import wait_until
 
 HANDLER = "bench.soak.handler:SoakCounter"

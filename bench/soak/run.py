@@ -49,11 +49,8 @@ from bench.soak.results import Result, SoakConfig
 from bench.soak.sampling import Sampler
 from bench.soak.verdict import bound_verdict, growths, memory_verdict
 from informer_bus.status.collect import collect_status, status_client
-from tests.processor.ha.conftest import (
-    assignment_problems,
-    store_differences,
-)
 from tests.support.bus import ProcessorProcess, duplicate_problems
+from tests.support.processor_ha import assignment_problems, store_differences
 from tests.support.waiting import wait_until
 
 __all__ = ["run"]

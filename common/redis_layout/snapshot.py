@@ -7,7 +7,7 @@ and misses nothing, sees nothing twice. Three readers start that way -- a proces
 shard over (with its lease, its group's held set and where its group stands), a replica reader
 of a replicated resource, a durable subscriber creating its group at the snapshot -- and this
 is their one read. What each does with the snapshot stays with it (``processor_svc.takeover``,
-``processor_svc.replica_reader``, ``informer_bus.durable_subscription``).
+``processor_svc.replica_reader``, ``informer_bus.subscription.group_cursor``).
 
 redis-py's Cluster transactions parse less than its standalone client (bytes names, a list for
 ``XPENDING``'s summary, a list for an entry): the replies are normalised here, so that both
@@ -21,11 +21,18 @@ from typing import Any
 
 import redis
 
+from common.redis_conversation import Commands, Conversation, Recorder, converse
 from common.redis_layout.key_names import GroupShardKeys, ShardKeys
 from common.redis_layout.names import LEASE_EPOCH, LEASE_HOLDER
 from common.redis_replies import as_text
 
-__all__ = ["GroupExistsError", "ShardSnapshot", "read_snapshot", "stream_info"]
+__all__ = [
+    "GroupExistsError",
+    "ShardSnapshot",
+    "read_snapshot",
+    "snapshot_conversation",
+    "stream_info",
+]
 
 
 class GroupExistsError(redis.ResponseError):
@@ -72,9 +79,22 @@ def read_snapshot(
     meanwhile. A stream the reflector never
     wrote to reads as an empty one. Other Redis errors are raised.
     """
+    conversation = snapshot_conversation(keys, owner=owner, start=start, recreate=recreate)
+    return converse(client, conversation)
+
+
+def snapshot_conversation(
+    keys: ShardKeys,
+    *,
+    owner: GroupShardKeys | None = None,
+    start: GroupShardKeys | None = None,
+    recreate: bool = False,
+) -> Conversation[ShardSnapshot]:
+    """:func:`read_snapshot` as a conversation (:mod:`common.redis_conversation`), for a
+    blocking or an asyncio client."""
     if owner is not None:
-        _create_group(client, keys.stream, owner.group)
-    pipe = client.pipeline(transaction=True)
+        yield from _create_group(keys.stream, owner.group)
+    pipe = Recorder()
     slots: list[str] = []  # what each queued command reads, in order
 
     def add(name: str, command: Any, *args: Any, **kwargs: Any) -> None:
@@ -97,7 +117,8 @@ def read_snapshot(
     if owner is not None:
         add("groups", pipe.xinfo_groups, keys.stream)
         add("pending", pipe.xpending, keys.stream, owner.group)
-    replies = dict(zip(slots, pipe.execute(raise_on_error=False), strict=True))
+    executed = yield pipe.commands(transaction=True, raise_on_error=False)
+    replies = dict(zip(slots, executed, strict=True))
     _raise_errors(replies)
     if owner is None:
         return ShardSnapshot(objects=replies["objects"], stream=stream_info(replies["stream"]))
@@ -130,10 +151,10 @@ def _owner_snapshot(replies: dict[str, Any], group: str) -> ShardSnapshot:
     )
 
 
-def _create_group(client: redis.Redis, stream: str, group: str) -> None:
+def _create_group(stream: str, group: str) -> Conversation[None]:
     """``group`` on ``stream`` at its end, unless it exists (``BUSYGROUP``)."""
     try:
-        client.xgroup_create(stream, group, id="$", mkstream=True)
+        yield Commands.one("xgroup_create", stream, group, id="$", mkstream=True)
     except redis.ResponseError as err:
         if "BUSYGROUP" not in str(err):
             raise

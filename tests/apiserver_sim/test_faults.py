@@ -14,8 +14,9 @@ from kubernetes import client, watch
 
 from apiserver_sim import Simulator
 from apiserver_sim.faults import BAD_LINES, MALFORMED_LINE
-from tests.apiserver_sim.conftest import pod, raw_lines
+from tests.support.objects import pod
 from tests.support.simulator import FAST
+from tests.support.watch_http import raw_lines
 
 
 def _control(http: urllib3.PoolManager, sim: Simulator, action: str, **body: Any) -> Any:

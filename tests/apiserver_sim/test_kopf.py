@@ -21,7 +21,7 @@ from kopf.testing import KopfRunner
 from kubernetes.client import Configuration
 
 from apiserver_sim import EVENTS, Simulator, SimulatorSettings
-from tests.apiserver_sim.conftest import pod
+from tests.support.objects import pod
 
 OPERATOR = """
 import os

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from apiserver_sim import Simulator
-from tests.apiserver_sim.conftest import pod, widget
+from tests.support.objects import pod, widget
 
 
 def test_create_fills_realistic_metadata(v1: client.CoreV1Api) -> None:

@@ -12,7 +12,7 @@ import urllib3
 from kubernetes import client, watch
 
 from apiserver_sim import CONFIGMAPS, Simulator
-from tests.apiserver_sim.conftest import widget
+from tests.support.objects import widget
 
 W = ("example.com", "v1", "default", "widgets")
 """group, version, namespace, plural of the widgets in ``default``."""

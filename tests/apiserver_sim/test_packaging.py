@@ -19,8 +19,8 @@ import apiserver_sim
 from apiserver_sim.command import main
 from informer_bus.cli import SUBCOMMANDS
 from informer_bus.demo.supervisor import SIMULATOR_MISSING
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SIMULATOR = tomllib.loads((ROOT / "apiserver_sim" / "pyproject.toml").read_text())
 

@@ -11,7 +11,7 @@ from kubernetes import client, dynamic, watch
 from kubernetes.client import ApiClient
 
 from apiserver_sim import Simulator
-from tests.apiserver_sim.conftest import pod
+from tests.support.objects import pod
 
 
 def test_discovery_documents(api: ApiClient) -> None:

@@ -18,7 +18,7 @@ import urllib3
 
 from apiserver_sim import CONFIGMAPS, PODS, ApiError, Simulator
 from apiserver_sim.selectors import FieldSelector, LabelSelector
-from tests.apiserver_sim.conftest import pod
+from tests.support.objects import pod
 
 # The documentation's example labels, one object each.
 OBJECTS: dict[str, dict[str, str]] = {

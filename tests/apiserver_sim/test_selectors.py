@@ -7,7 +7,7 @@ from kubernetes import client, watch
 
 from apiserver_sim import PODS, Simulator
 from apiserver_sim.selectors import FieldSelector, LabelSelector
-from tests.apiserver_sim.conftest import pod
+from tests.support.objects import pod
 
 
 @pytest.fixture

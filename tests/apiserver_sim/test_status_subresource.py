@@ -14,7 +14,7 @@ from kubernetes import client, dynamic
 from kubernetes.client import ApiClient
 
 from apiserver_sim import PODS, Simulator
-from tests.apiserver_sim.conftest import pod, widget
+from tests.support.objects import pod, widget
 
 W = ("example.com", "v1", "default", "widgets")
 """group, version, namespace, plural of the widgets in ``default``."""

@@ -12,7 +12,7 @@ import urllib3
 from apiserver_sim import Simulator
 from apiserver_sim.objects import apply_strategic_merge_patch
 from apiserver_sim.tables import human_duration, wants_table
-from tests.apiserver_sim.conftest import pod
+from tests.support.objects import pod
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

@@ -9,7 +9,8 @@ import urllib3
 from kubernetes import client, watch
 
 from apiserver_sim import Simulator, SimulatorSettings
-from tests.apiserver_sim.conftest import pod, raw_lines
+from tests.support.objects import pod
+from tests.support.watch_http import raw_lines
 
 
 def test_unset_and_zero_rv_start_with_synthetic_added(sim: Simulator, v1: client.CoreV1Api) -> None:

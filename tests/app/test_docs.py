@@ -8,15 +8,14 @@ import dataclasses
 import itertools
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 from apiserver_sim.fixtures import namespace_names
 from apiserver_sim.settings import SimulatorSettings
 from common.settings import ServiceSettings
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 _CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
 _TOOLS = ("status", "subscribe", "groups")

@@ -1,11 +1,13 @@
-"""The blocks README.md and docs/handlers.md mark ``<!-- runnable -->`` run as written, so the
-docs cannot drift from the code (issue 34): the shell blocks of a document as one terminal
-session that must end with status 0 and leave nothing running (its own stop steps stop what
-it started), the Python blocks each on their own. :mod:`tests.support.runnable_docs` says what
-the runner changes (free ports for the documented ones, ``make install`` already done)."""
+"""The blocks README.md, docs/handlers.md and docs/subscribe.md mark ``<!-- runnable -->`` run as
+written, so the docs cannot drift from the code (issue 34): the shell blocks of a document as
+one terminal session that must end with status 0 and leave nothing running (its own stop steps
+stop what it started), the Python blocks each on their own. :mod:`tests.support.runnable_docs`
+says what the runner changes (free ports for the documented ones, ``make install`` already
+done)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 from tests.support.runnable_docs import (
     SHELL_LANGUAGES,
@@ -27,7 +29,7 @@ from tests.support.runnable_docs import (
     with_free_ports,
 )
 
-RUN = (ROOT / "README.md", ROOT / "docs" / "handlers.md")
+RUN = (ROOT / "README.md", ROOT / "docs" / "handlers.md", ROOT / "docs" / "subscribe.md")
 """The documents whose runnable blocks run here."""
 VENV = Path(sys.prefix)
 _PREAMBLE = """\
@@ -78,7 +80,7 @@ def test_every_runnable_mark_marks_a_block() -> None:
 def test_the_documents_have_runnable_blocks() -> None:
     """The runs below cannot pass by finding nothing to run."""
     shells = {block.document for block in _blocks(*SHELL_LANGUAGES)}
-    assert shells == {"README.md", "docs/handlers.md"}
+    assert shells == {"README.md", "docs/handlers.md", "docs/subscribe.md"}
     assert any("Testing your handlers" in b.text or "load_handler" in b.text
                for b in _blocks("python"))  # fmt: skip
     assert {b.language for d in RUN for b in runnable_blocks(d, ROOT)} <= {
@@ -130,11 +132,14 @@ def _shell_script(document: str) -> str:
     return "".join(f"\n# {block.where}\n{block.text}" for block in blocks)
 
 
-def test_the_readme_and_the_operator_guide_can_run_side_by_side() -> None:
-    """A reader who follows docs/handlers.md with the README's pipeline still running."""
-    readme, guide = (documented_ports(_shell_script(str(d.relative_to(ROOT)))) for d in RUN)
-    assert readme and guide
-    assert not readme & guide, f"both use ports {sorted(readme & guide)}"
+def test_the_documents_can_run_side_by_side() -> None:
+    """A reader who follows docs/handlers.md or docs/subscribe.md with the README's pipeline
+    still running: no two documents use one port."""
+    ports = {d.name: documented_ports(_shell_script(str(d.relative_to(ROOT)))) for d in RUN}
+    assert all(ports.values())
+    for first, second in itertools.combinations(ports, 2):
+        shared = ports[first] & ports[second]
+        assert not shared, f"{first} and {second} both use ports {sorted(shared)}"
 
 
 @pytest.mark.slow

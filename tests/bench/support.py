@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.survivors import assert_no_survivors as assert_no_marked_survivors
 from tests.support.survivors import survivors as find_survivors
 
-ROOT = Path(__file__).resolve().parents[2]
 MARKER_ENV = "BENCH_SMOKE_MARKER"
 
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from common.object_keys import DeletedFinalStateUnknown
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture

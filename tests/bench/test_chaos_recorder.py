@@ -18,7 +18,7 @@ from bench.chaos.recorder import OutageRecorder
 from common.redis_layout import ShardKeys
 from common.settings import RedisConnection
 from common.sharding import shard_for
-from tests.processor.ha.conftest import Call, ownership_problems, read_calls
+from tests.support.processor_ha import Call, ownership_problems, read_calls
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_server import RedisServer
 

@@ -1,7 +1,9 @@
-"""bench/co_sharding.py stays runnable: a tiny run reports the events each group read, a ratio
-whose verdict agrees with its target, and takeovers whose objects add up (each shard group
-holds as many ConfigMaps as Widgets: every ConfigMap is on its owner's shard); no process it
-started outlives it. Timings are never checked."""
+"""bench/co_sharding.py stays runnable and reports what the processors did: a tiny run's groups
+applied (by the processors' own /metrics) exactly the updates the simulator made, as many as
+the entries it counted in Redis; the newcomer's takeovers loaded (by its log lines and by its
+store gauges) whole shard groups, as many ConfigMaps as Widgets on each. Each of these is
+measured by something other than the bench's own arithmetic, so a bench that reads the wrong
+thing fails here. Timings are never checked."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, assert_usage_errors, run_bench
+from tests.bench.support import assert_usage_errors, run_bench
+from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench" / "co_sharding.py"
 WIDGETS = 60
@@ -25,19 +28,14 @@ def report() -> dict[str, Any]:
     return result
 
 
-def test_each_group_read_its_resources_updates(report: dict[str, Any]) -> None:
+def test_each_group_applied_every_update_of_its_resources(report: dict[str, Any]) -> None:
+    """One update per ConfigMap for ``single``, per ConfigMap and Widget for ``co-sharded``:
+    what the processors applied (their counters) and what was in the streams (Redis)."""
     [round_] = report["rounds"]
-    assert round_["events"] == {"single": WIDGETS, "co-sharded": 2 * WIDGETS}
-    for name, cpu in round_["cpu_s"].items():
-        assert cpu >= 0
-        per_event = round_["cpu_us_per_event"][name]
-        assert per_event == pytest.approx(cpu / round_["events"][name] * 1e6, abs=0.01)
-    [ratio] = report["ratio"]
-    single = round_["cpu_us_per_event"]["single"]
-    if single > 0:  # CPU is counted in 10 ms ticks: a tiny run may show none
-        assert ratio == pytest.approx(round_["cpu_us_per_event"]["co-sharded"] / single)
-    else:
-        assert ratio is None
+    expected = {"single": WIDGETS, "co-sharded": 2 * WIDGETS}
+    assert round_["applied"] == expected
+    assert round_["events"] == expected
+    assert set(round_["cpu_s"]) == set(expected)
 
 
 def test_a_newcomer_takes_whole_shard_groups_over(report: dict[str, Any]) -> None:
@@ -46,12 +44,11 @@ def test_a_newcomer_takes_whole_shard_groups_over(report: dict[str, Any]) -> Non
     shards = [row["shard"] for row in takeovers]
     assert len(set(shards)) == len(shards)
     for row in takeovers:
-        assert row["seconds"] >= 0
         objects = row["objects"]
         assert set(objects) == {"widgets.example.com", "configmaps"}
+        assert row["store_objects"] == objects  # its store holds what it logged loading
         assert objects["widgets.example.com"] == objects["configmaps"]  # co-located
-    assert sum(row["objects"]["configmaps"] for row in takeovers) <= WIDGETS
-    assert report["rebalance_s"] > 0
+    assert 0 < sum(row["objects"]["configmaps"] for row in takeovers) < WIDGETS
 
 
 def test_bad_flags_end_with_a_usage_error() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, run_bench
+from tests.bench.support import run_bench
 from tests.support.cli import one_line_error, run_command
+from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench" / "compare.py"
 PROGRAM = "bench/compare.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.bench.support import ROOT
 from tests.support.cli import one_line_error, run_command
+from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "bench" / "compare_runs.py"
 PROGRAM = "bench/compare_runs.py"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 Row = dict[str, Any]
 

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from tests.bench.support import ROOT, assert_usage_errors, run_bench
+from tests.bench.support import assert_usage_errors, run_bench
+from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench" / "durability.py"
 

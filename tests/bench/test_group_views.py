@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import ROOT, assert_usage_errors, run_bench
+from tests.bench.support import assert_usage_errors, run_bench
+from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench" / "group_views.py"
 PODS, UPDATES = 300, 300

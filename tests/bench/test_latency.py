@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 from apiserver_sim.load import CHURN_ANNOTATION, COMMITTED_AT_ANNOTATION
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
-"""bench/pipeline.py stays runnable: a tiny run reports every workload and configuration with
-its ratio and target (timings are never checked), and no process it started outlives it."""
+"""bench/pipeline.py stays runnable: a tiny run reports every workload and configuration, and
+what the processors' handlers actually received (their own counts: every pod of the initial
+sync, every update of each burst, each processor's share), so a bench that timed a pipeline
+which lost or repeated events fails here. Timings are never checked, nor the arithmetic the
+report derives from them; no process it started outlives it."""
 
 from __future__ import annotations
 
@@ -8,11 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bench.support import (
-    ROOT,
-    assert_usage_errors,
-    run_bench,
-)
+from tests.bench.support import assert_usage_errors, run_bench
+from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench" / "pipeline.py"
 EXPECTED = {
@@ -40,22 +40,26 @@ def test_every_workload_and_configuration_has_a_row(report: dict[str, Any]) -> N
     assert set(rows) == EXPECTED and len(report["rows"]) == len(EXPECTED)
     for row in report["rows"]:
         assert row["events"] > 0 and row["seconds"] > 0
-        assert row["events_per_s"] == pytest.approx(row["events"] / row["seconds"], rel=0.02)
-        if row["target_ratio"] is not None:
-            assert row["met"] == (row["ratio"] >= row["target_ratio"])
-        else:
-            assert row["met"] is None
     for count in ("1 processor", "2 processors", "4 processors"):
         assert rows[("watch burst", count)]["target_ratio"] == 5.0
-        assert rows[("watch burst", count)]["events"] == 300
-        assert rows[("initial sync", count)]["events"] == 300
     assert rows[("burst, 2 ms handler", "4 processors")]["target_ratio"] == 3.5
     assert rows[("burst, 2 ms handler", "4 processors")]["baseline"] == "1 processor"
+
+
+def test_the_handlers_received_every_event(report: dict[str, Any]) -> None:
+    """Counted by the handlers in the processors: the initial list's adds, each burst's
+    updates, and how the 2 ms handler's burst split between the processors."""
+    rows = {(row["workload"], row["config"]): row for row in report["rows"]}
+    for count in ("1 processor", "2 processors", "4 processors"):
+        assert rows[("initial sync", count)]["initial_adds"] == 300
+        assert rows[("watch burst", count)]["handled"] == 300
     for count, processors in (("1 processor", 1), ("4 processors", 4)):
-        shares = rows[("burst, 2 ms handler", count)]["per_processor"]
+        row = rows[("burst, 2 ms handler", count)]
+        assert row["handled"] == 200
+        shares = row["per_processor"]
         assert len(shares) == processors, "each processor's share of the burst"
         assert sum(events for events, _ in shares) == 200
-        assert all(busy >= 0 for _, busy in shares)
+        assert all(events > 0 and busy >= 0 for events, busy in shares), "16 shards each"
 
 
 def test_latency_machine_and_notes_are_reported(report: dict[str, Any]) -> None:

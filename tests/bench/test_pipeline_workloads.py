@@ -13,7 +13,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture

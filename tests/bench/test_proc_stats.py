@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture

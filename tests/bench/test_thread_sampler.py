@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench.support import ROOT
+from tests.support.paths import ROOT
 
 CHILD = r"""
 import sys, threading

@@ -5,12 +5,10 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.support.paths import ROOT
 
 # Run in a fresh interpreter: how much a trim can return depends on the heap's history (what
 # earlier tests left in it) and on the arena of the calling thread, neither of which a test

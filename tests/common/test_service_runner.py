@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.cli import ROOT
+from tests.support.paths import ROOT
 
 _READY = "serving"
 _SERVICE = f"""

@@ -7,15 +7,13 @@ import subprocess
 import sys
 from collections import Counter
 from hashlib import blake2b
-from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
 
 from common.redis_layout import DEFAULT_PREFIX, ResourceKeys, ShardKeys
 from common.sharding import shard_for, shard_ranges
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 # Pinned answers: if any changes, every object in every deployed stream moves to another shard.
 # Change them only together with a documented re-sharding migration.

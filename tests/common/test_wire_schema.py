@@ -10,7 +10,6 @@ header -- docs/wire.md lists as checks a consumer makes in code).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -31,8 +30,8 @@ from common.wire import (
 )
 from tests.common.test_wire import FUZZ, TS, envelopes, node, pod, sample_envelopes, v1_document
 from tests.common.test_wire_v2 import V2_TOMBSTONE, V2_UPDATED
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "docs" / "wire" / "envelope.schema.json"
 SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)

@@ -1,8 +1,8 @@
 """The pipeline over TLS with ACL users, and the one-line startup errors for credentials and TLS.
 
-The server (``conftest.TlsRedisServer``) speaks TLS only, requires client certificates, and
-gives the reflector and processor users nothing but their documented minimal ACL: Redis's ACL
-log must stay empty while the pipeline runs, or the documented ACL is wrong.
+The server (``tests.support.secured_redis.TlsRedisServer``) speaks TLS only, requires client
+certificates, and gives the reflector and processor users nothing but their documented minimal
+ACL: Redis's ACL log must stay empty while the pipeline runs, or the documented ACL is wrong.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 from reflector_svc.service import ReflectorService
 from reflector_svc.settings import ReflectorSettings
-from tests.security.conftest import (
+from tests.support.bus import Bus
+from tests.support.cli import one_line_error, run_command
+from tests.support.secured_redis import (
     PROCESSOR_PASSWORD,
     READER_PASSWORD,
     REFLECTOR_PASSWORD,
     TlsRedisServer,
 )
-from tests.support.bus import Bus
-from tests.support.cli import one_line_error, run_command
 from tests.support.waiting import wait_until
 
 SHARDS = 4

@@ -17,9 +17,9 @@ from urllib.parse import quote
 import redis
 
 from apiserver_sim import Simulator
-from tests.security.conftest import PROCESSOR_PASSWORD, REFLECTOR_PASSWORD, TlsRedisServer
 from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess
 from tests.support.cli import run_command
+from tests.support.secured_redis import PROCESSOR_PASSWORD, REFLECTOR_PASSWORD, TlsRedisServer
 from tests.support.waiting import wait_until
 
 SHARDS = 4

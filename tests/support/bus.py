@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self, TypeVar
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -246,6 +247,17 @@ class Bus:
 
     # known state
 
+    def envelopes(self) -> list[DeltaEnvelope]:
+        """Every entry's envelope, shard by shard in stream order."""
+        return [entry.envelope for entry in self.all_entries()]
+
+    def history(self) -> dict[str, list[tuple[str, str, bool]]]:
+        """Per key: (type, resourceVersion, tombstone) in stream order."""
+        return {
+            key: [(e.type, e.rv, e.tombstone) for e in entries]
+            for key, entries in self.by_key().items()
+        }
+
     def known_versions(self) -> dict[str, str]:
         """key -> resourceVersion over all shards' ``versions`` hashes."""
         known: dict[str, str] = {}
@@ -305,6 +317,10 @@ class Bus:
             "synced_rv" in checkpoint and checkpoint.get("relisting") != "1"
             for checkpoint in self.checkpoints()
         )
+
+    def synced_rvs(self) -> list[str | None]:
+        """Every shard's ``synced_rv`` (``None`` before its first relist finished)."""
+        return [checkpoint.get("synced_rv") for checkpoint in self.checkpoints()]
 
     def fences(self) -> list[int]:
         """Every shard's fence (highest leader epoch seen; 0 when never fenced)."""
@@ -724,3 +740,21 @@ def closing_with_logs(started: list[P]) -> Iterator[list[P]]:
             process.close()
         for process in started:
             print(f"----- {process.log_path.name} -----\n{process.log()}")
+
+
+# --- the fixtures (registered for every test by tests/conftest.py's pytest_plugins) ----------
+
+DEFAULT_BUS_SHARDS = 4
+"""The pods' shard count the ``bus`` fixture reads, unless a directory overrides ``bus_shards``."""
+
+
+@pytest.fixture
+def bus_shards() -> int:
+    """How many shards the ``bus`` fixture reads; a conftest overrides it for its directory."""
+    return DEFAULT_BUS_SHARDS
+
+
+@pytest.fixture
+def bus(redis_client: redis.Redis, bus_shards: int) -> Bus:
+    """What a reflector published for pods on the test's (flushed) redis-server, read back."""
+    return Bus(redis_client, "pods", shard_count=bus_shards)

@@ -17,10 +17,14 @@ import pytest
 import yaml
 
 from informer_bus.child_process import ChildProcess
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 from tests.support.waiting import wait_until
 
-__all__ = ["PrometheusServer", "api_get", "prometheus_tool"]
+__all__ = ["RULES", "PrometheusServer", "api_get", "prometheus_tool"]
+
+RULES = ROOT / "deploy" / "prometheus" / "informer-bus-rules.yml"
+"""The alert and recording rules the deployment ships (deploy/prometheus/)."""
 
 
 def prometheus_tool(name: str) -> str:

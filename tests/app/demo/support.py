@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from informer_bus.child_process import ChildProcess
-from tests.support.cli import ROOT
+from tests.support.paths import ROOT
 from tests.support.survivors import assert_no_survivors
 from tests.support.survivors import survivors as find_survivors
 

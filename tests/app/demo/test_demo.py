@@ -14,7 +14,8 @@ import redis
 
 from informer_bus.local_redis import free_port
 from tests.app.demo.support import DEMO, PROGRAM, alive, pids
-from tests.support.cli import ROOT, one_line_error, run_command
+from tests.support.cli import one_line_error, run_command
+from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

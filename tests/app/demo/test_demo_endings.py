@@ -34,7 +34,7 @@ from tests.app.demo.support import (
     wait_for_output,
     wait_until_gone,
 )
-from tests.support.cli import ROOT
+from tests.support.paths import ROOT
 
 SMALL = ["--pods", "200", "--churn", "50", "--processors", "1", "--shard-count", "4"]
 SYNCED = "pipeline synced after"

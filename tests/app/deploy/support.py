@@ -33,6 +33,7 @@ from processor_svc.settings import ProcessorSettings
 from reflector_svc.resources import ResourceSpec
 from reflector_svc.settings import ReflectorSettings
 from tests.support.bus import ServiceProcess
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 from tests.support.waiting import wait_until
 
@@ -58,7 +59,6 @@ __all__ = [
     "uid_of_user",
 ]
 
-ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 KUBERNETES_DIR = ROOT / "deploy" / "kubernetes"

@@ -35,7 +35,8 @@ from tests.app.deploy.manifests import (
     group_of,
     render,
 )
-from tests.app.deploy.support import ROOT, settings_of
+from tests.app.deploy.support import settings_of
+from tests.support.paths import ROOT
 from tests.support.promql_names import metric_names
 
 SCHEMA = json.loads((Path(__file__).with_name("schemas") / "keda-scaledobject.json").read_text())

@@ -23,7 +23,6 @@ import yaml
 
 from tests.app.deploy.support import (
     COMPOSE_FILE,
-    ROOT,
     Launch,
     LocalEndpoints,
     LocalService,
@@ -34,6 +33,7 @@ from tests.app.deploy.support import (
     settings_of,
 )
 from tests.support.bus import Bus
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "compose-spec.json"

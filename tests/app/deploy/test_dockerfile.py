@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from common.observability import ObservabilityServer
 from tests.app.deploy.support import (
     DOCKERFILE,
-    ROOT,
     Instruction,
     dockerfile_instructions,
     final_stage,
@@ -29,6 +28,7 @@ from tests.app.deploy.support import (
     image_stage,
     uid_of_user,
 )
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 
 INSTRUCTIONS = dockerfile_instructions()

@@ -39,7 +39,6 @@ from tests.app.deploy.manifests import (
 )
 from tests.app.deploy.support import (
     KUBERNETES_DIR,
-    ROOT,
     LocalEndpoints,
     LocalService,
     dockerfile_instructions,
@@ -51,6 +50,7 @@ from tests.app.deploy.support import (
     uid_of_user,
 )
 from tests.support.bus import Bus
+from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

@@ -24,7 +24,8 @@ from tests.app.deploy.manifests import (
     group_of,
     render,
 )
-from tests.app.deploy.support import ROOT, settings_of
+from tests.app.deploy.support import settings_of
+from tests.support.paths import ROOT
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.prometheus import PrometheusServer
-
-ROOT = Path(__file__).resolve().parents[3]
-RULES = ROOT / "deploy" / "prometheus" / "informer-bus-rules.yml"
+from tests.support.prometheus import RULES, PrometheusServer
 
 
 @pytest.fixture

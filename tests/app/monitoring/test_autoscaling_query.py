@@ -19,8 +19,8 @@ import yaml
 
 from apiserver_sim import Simulator
 from tests.app.deploy.manifests import render
-from tests.app.monitoring.conftest import ROOT
 from tests.support.bus import ProcessorProcess, ReflectorProcess, ServiceProcess, closing_with_logs
+from tests.support.paths import ROOT
 from tests.support.prometheus import PrometheusServer
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until

@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from apiserver_sim import Simulator
-from tests.app.monitoring.conftest import ROOT, RULES
 from tests.support.bus import ProcessorProcess, ReflectorProcess, ServiceProcess, closing_with_logs
-from tests.support.prometheus import PrometheusServer, api_get, prometheus_tool
+from tests.support.paths import ROOT
+from tests.support.prometheus import RULES, PrometheusServer, api_get, prometheus_tool
 from tests.support.promql_names import metric_names
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until

@@ -10,7 +10,7 @@ import redis
 from common.deltas import DeltaType
 from common.wire import FIELD, WireDecodeError
 from informer_bus.discovery import discover_shard_count
-from informer_bus.subscribe import (
+from informer_bus.subscription import (
     FROM_BEGINNING,
     SubscribedDelta,
     SubscribeError,
@@ -18,7 +18,10 @@ from informer_bus.subscribe import (
     resource_id_of,
     subscribe,
 )
-from tests.app.subscribe.conftest import (
+from tests.reflector.publisher.support import added, deleted, updated
+from tests.support.bus import Bus
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     SHARDS,
     Deadline,
     Publisher,
@@ -28,9 +31,6 @@ from tests.app.subscribe.conftest import (
     id_order,
     wait_for_a_later_millisecond,
 )
-from tests.reflector.publisher.support import added, deleted, updated
-from tests.support.bus import Bus
-from tests.support.redis_server import RedisServer
 
 
 def rows(deltas: list[SubscribedDelta]) -> list[Row]:
@@ -152,7 +152,7 @@ def test_mistakes_raise_subscribe_error(
 ) -> None:
     publisher.publish(added("ns/a", "1"))
     with pytest.raises(SubscribeError, match=r"looked for ib:\{widgets:\*\}:deltas"):
-        subscribe(redis_client, "widgets")
+        subscribe(redis_client, "widgets").open()  # the one mistake that takes Redis to see
     with pytest.raises(SubscribeError, match="invalid stream entry ID 'yesterday'"):
         subscribe(redis_client, "pods", start="yesterday")
     with pytest.raises(SubscribeError, match="Added, Updated, Deleted, Replaced, Sync"):

@@ -12,7 +12,11 @@ import redis
 
 from common.wire import FIELD
 from informer_bus.cli import main
-from tests.app.subscribe.conftest import (
+from tests.reflector.publisher.support import added, deleted, updated
+from tests.support.bus import Bus
+from tests.support.cli import one_line_error, run_command
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     PROGRAM,
     SUBSCRIBE,
     Publisher,
@@ -25,10 +29,6 @@ from tests.app.subscribe.conftest import (
     start_subscribe,
     wait_for_a_later_millisecond,
 )
-from tests.reflector.publisher.support import added, deleted, updated
-from tests.support.bus import Bus
-from tests.support.cli import one_line_error, run_command
-from tests.support.redis_server import RedisServer
 
 
 def test_from_now_prints_only_later_deltas(

@@ -28,8 +28,11 @@ from common.redis_layout import ShardKeys
 from common.shard_routing import ShardKeyChoice
 from common.wire import DeltaEnvelope
 from informer_bus.cloudevents import EventMapper, event_id, event_type
-from informer_bus.subscribe import SubscribedDelta
-from tests.app.subscribe.conftest import (
+from informer_bus.subscription import SubscribedDelta
+from tests.reflector.publisher.support import TS, added, deleted, delta, obj, updated
+from tests.support.bus import Bus
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     PROGRAM,
     SHARDS,
     Publisher,
@@ -37,9 +40,6 @@ from tests.app.subscribe.conftest import (
     run_subscribe,
     start_subscribe,
 )
-from tests.reflector.publisher.support import TS, added, deleted, delta, obj, updated
-from tests.support.bus import Bus
-from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 PREFIX = "dev.knative.apiserver.resource."

@@ -18,16 +18,19 @@ from common.deltas import DeltaType
 from common.lease import RedisLease
 from common.redis_layout import ResourceKeys, ShardKeys
 from common.wire import FIELD
-from informer_bus.subscribe import (
-    FROM_BEGINNING,
+from informer_bus.subscription import (
     SubscribedDelta,
     SubscribeError,
     UndecodableEntry,
-    subscribe,
+    subscribe_durable,
 )
 from processor_svc.membership import Membership
 from reflector_svc.retention import trim_shard
-from tests.app.subscribe.conftest import (
+from tests.reflector.publisher.support import added, deleted, updated
+from tests.support.bus import Bus
+from tests.support.cli import one_line_error
+from tests.support.redis_server import RedisServer
+from tests.support.subscribe_cli import (
     PROGRAM,
     SHARDS,
     Deadline,
@@ -38,10 +41,6 @@ from tests.app.subscribe.conftest import (
     run_subscribe,
     start_subscribe,
 )
-from tests.reflector.publisher.support import added, deleted, updated
-from tests.support.bus import Bus
-from tests.support.cli import one_line_error
-from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 GROUP = "audit"
@@ -52,9 +51,11 @@ class Crash(Exception):
 
 
 def durable(client: redis.Redis, seconds: float = 1.0, **options: Any) -> Any:
+    """An open durable subscription (so that refusals raise here)."""
     options.setdefault("group", GROUP)
     options.setdefault("shard_count", SHARDS)
-    return subscribe(client, "pods", stop=Deadline(seconds), block_ms=100, **options)
+    stop = Deadline(seconds)
+    return subscribe_durable(client, "pods", stop=stop, block_ms=100, **options).open()
 
 
 def take(deltas: Any, count: int) -> list[SubscribedDelta]:
@@ -216,8 +217,6 @@ def test_groups_processors_use_and_bad_arguments_are_refused(
         durable(redis_client, group="processors")
     with pytest.raises(SubscribeError, match="group name 'a:b' is invalid"):
         durable(redis_client, group="a:b")
-    with pytest.raises(SubscribeError, match="a start position and group 'audit' exclude"):
-        durable(redis_client, start=FROM_BEGINNING)
     # a member whose deadline passed is no one: its group is free
     redis_client.zadd(ResourceKeys("ib", "pods").group("gone").members, {"m-3": 1})
     with durable(redis_client, group="gone") as deltas:

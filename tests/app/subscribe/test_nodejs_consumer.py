@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.app.subscribe.conftest import Pipeline, json_lines, run_subscribe
 from tests.support.bus import Entry
-from tests.support.cli import ROOT, run_command
+from tests.support.cli import run_command
+from tests.support.paths import ROOT
+from tests.support.subscribe_cli import Pipeline, json_lines, run_subscribe
 from tests.support.waiting import wait_until
 
 EXAMPLE = ROOT / "examples" / "nodejs-consumer"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from common.deltas import DeltaType
 from common.wire import decode_envelope
-from informer_bus.subscribe import FROM_BEGINNING, subscribe
-from tests.app.subscribe.conftest import (
+from informer_bus.subscription import FROM_BEGINNING, subscribe
+from tests.support.subscribe_cli import (
     SHARDS,
     Deadline,
     Pipeline,

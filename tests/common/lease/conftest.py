@@ -1,5 +1,5 @@
-"""What the lease and leader-election tests share: short timings, the keys, and lease clients on
-the session's redis-server."""
+"""The lease tests' fixture: lease clients on the session's redis-server, closed after the
+test (the timings, keys and ``make_lease`` are in :mod:`tests.support.leases`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from common.lease import RedisLease
-from common.redis_config import lease_client
 from tests.support.redis_server import RedisServer
-
-KEY = "ib:{pods}:leader"
-EPOCH_KEY = "ib:{pods}:epoch"
-LEASE = 1.0
-RENEW_DEADLINE = 0.6
-RETRY = 0.1
-TIMEOUT = 0.15  # client timeouts: one call stalls at most 0.3 s < LEASE - RENEW_DEADLINE
 
 
 @pytest.fixture
@@ -27,11 +18,3 @@ def clients(redis_server: RedisServer, redis_client: redis.Redis) -> Iterator[li
     yield made
     for client in made:
         client.close()
-
-
-def make_lease(
-    url: str, made: list[redis.Redis], holder: str, duration: float = LEASE
-) -> RedisLease:
-    client = lease_client(url, timeout=TIMEOUT)
-    made.append(client)
-    return RedisLease(client, key=KEY, epoch_key=EPOCH_KEY, holder=holder, duration=duration)

@@ -24,15 +24,7 @@ from common.leader_election import LeaderElector
 from common.lease import LeaseStatus, RedisLease
 from common.redis_config import lease_client
 from common.settings import LeaseTiming
-from tests.common.lease.conftest import (
-    EPOCH_KEY,
-    KEY,
-    LEASE,
-    RENEW_DEADLINE,
-    RETRY,
-    TIMEOUT,
-    make_lease,
-)
+from tests.support.leases import EPOCH_KEY, KEY, LEASE, RENEW_DEADLINE, RETRY, TIMEOUT, make_lease
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

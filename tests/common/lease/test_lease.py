@@ -16,11 +16,7 @@ import redis
 
 from common.lease import LeaseStatus, RedisLease, hash_tag, unique_holder
 from common.redis_config import lease_client
-from tests.common.lease.conftest import (
-    EPOCH_KEY,
-    KEY,
-    make_lease,
-)
+from tests.support.leases import EPOCH_KEY, KEY, make_lease
 from tests.support.redis_server import RedisServer
 
 # --- RedisLease ----------------------------------------------------------------------------------

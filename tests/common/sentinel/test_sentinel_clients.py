@@ -26,10 +26,10 @@ from common.service_clients import service_clients
 from common.settings import LeaseTiming, RedisConnection
 from informer_bus.local_redis import free_port
 from processor_svc.blocking_read import BlockingRead
-from tests.reflector.ha.conftest import reflector_flags
 from tests.support.bus import ReflectorProcess
 from tests.support.cli import one_line_error, run_command
 from tests.support.redis_topologies import SentinelGroup
+from tests.support.reflector_ha import reflector_flags
 from tests.support.waiting import wait_until
 
 INFORMER_BUS = str(Path(sys.executable).with_name("informer-bus"))

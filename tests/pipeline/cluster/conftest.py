@@ -13,9 +13,6 @@ import redis
 from common.redis_config import redis_client
 from tests.support.redis_cluster import LocalRedisCluster, RedisCliMissingError
 
-LocalCluster = LocalRedisCluster
-"""The fixture's type (``url``: the first node, from which the services find the others)."""
-
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:

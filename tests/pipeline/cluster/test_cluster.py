@@ -18,8 +18,9 @@ import redis
 from apiserver_sim import Simulator
 from common.redis_config import redis_client
 from common.redis_layout import ResourceKeys, ShardKeys
-from tests.pipeline.cluster.conftest import LocalCluster
-from tests.processor.ha.conftest import (
+from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, closing_with_logs
+from tests.support.cli import one_line_error, run_command
+from tests.support.processor_ha import (
     deletion_problems,
     handler_order_problems,
     ownership_problems,
@@ -28,8 +29,7 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, ProcessorProcess, ReflectorProcess, closing_with_logs
-from tests.support.cli import one_line_error, run_command
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
@@ -65,7 +65,7 @@ def bus(cluster_client: redis.Redis) -> Bus:
 
 @pytest.fixture
 def services(
-    redis_cluster: LocalCluster, sim: Simulator, tmp_path: Path
+    redis_cluster: LocalRedisCluster, sim: Simulator, tmp_path: Path
 ) -> Iterator[Callable[..., ProcessorProcess | ReflectorProcess]]:
     """``services("reflector")`` or ``services("p1")``: a reflector or a recording processor
     as a child process with ``--redis-cluster``; all killed at the end, logs printed."""
@@ -97,7 +97,7 @@ def services(
 
 
 def test_pipeline_on_a_cluster_under_churn_with_a_kill(
-    redis_cluster: LocalCluster,
+    redis_cluster: LocalRedisCluster,
     sim: Simulator,
     bus: Bus,
     services: Callable[..., ProcessorProcess | ReflectorProcess],
@@ -172,7 +172,9 @@ def test_cluster_flag_against_a_standalone_redis_is_one_line(redis_server: Redis
     assert "Cluster mode is not enabled on this node" in line
 
 
-def test_closing_a_cluster_client_closes_every_node_socket(redis_cluster: LocalCluster) -> None:
+def test_closing_a_cluster_client_closes_every_node_socket(
+    redis_cluster: LocalRedisCluster,
+) -> None:
     client = redis_client(redis_cluster.url, cluster=True)
     client.flushall()  # a connection to every primary
     cluster: Any = client

@@ -21,17 +21,12 @@ import pytest
 from apiserver_sim import Simulator
 from common.sharding import shard_ranges
 from reflector_svc.service import ReflectorService
-from tests.processor.ha.conftest import (
-    SHARDS,
-    wait_balanced,
-    wait_converged,
-)
 from tests.support.bus import Bus, ProcessorProcess
 from tests.support.cli import one_line_error, run_command
+from tests.support.processor_ha import SHARDS, wait_balanced, wait_converged
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
 MODULE = [sys.executable, "-m", "processor_svc"]
 CONSOLE = [str(Path(sys.executable).with_name("informer-bus")), "processor"]
 EXAMPLE = "informer_bus.examples.pod_phase_counter:PodPhaseCounter"

@@ -24,7 +24,8 @@ from apiserver_sim import Simulator
 from common.redis_layout import ShardKeys
 from reflector_svc.retention import trim_shard
 from reflector_svc.service import ReflectorService
-from tests.processor.ha.conftest import (
+from tests.support.bus import Bus, ProcessorProcess
+from tests.support.processor_ha import (
     SHARDS,
     Call,
     final_stores,
@@ -34,7 +35,6 @@ from tests.processor.ha.conftest import (
     store_differences,
     wait_balanced,
 )
-from tests.support.bus import Bus, ProcessorProcess
 from tests.support.waiting import wait_until
 
 FRONTEND = {"group": "frontend", "label_selector": "tier=frontend"}

@@ -18,7 +18,8 @@ import redis
 
 from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
-from tests.processor.ha.conftest import (
+from tests.support.bus import Bus, Entry, ProcessorProcess
+from tests.support.processor_ha import (
     Call,
     assignment_problems,
     deletion_problems,
@@ -32,7 +33,6 @@ from tests.processor.ha.conftest import (
     wait_balanced,
     wait_converged,
 )
-from tests.support.bus import Bus, Entry, ProcessorProcess
 from tests.support.waiting import wait_until
 
 GROUP = "processors"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.processor.ha.conftest import read_calls
+from tests.support.processor_ha import read_calls
 
 RECORD = {
     "member": "p1", "pid": 1, "t": 1.0, "end": 1.1, "kind": "add", "initial": False,

@@ -22,9 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from apiserver_sim import Simulator
 from common.signalled_stop import SAME_REQUEST
 from reflector_svc.service import ReflectorService
-from tests.processor.ha.conftest import processor_settings
-from tests.processor.ha.test_cli import CONSOLE, ROOT
+from tests.processor.ha.test_cli import CONSOLE
 from tests.support.bus import Bus, ProcessorProcess
+from tests.support.paths import ROOT
+from tests.support.processor_ha import processor_settings
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

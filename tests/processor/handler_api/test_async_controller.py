@@ -17,7 +17,8 @@ from processor_svc.controller import Controller
 from processor_svc.event_loop import EventLoopThread
 from processor_svc.handlers import HandlerContext
 from processor_svc.settings import ProcessorSettings
-from tests.processor.handler_api.conftest import make_context, pod, synced_lister
+from tests.support.controllers import make_context, synced_lister
+from tests.support.objects import pod
 from tests.support.waiting import wait_until
 
 

@@ -18,7 +18,8 @@ from common.sharding import shard_for
 from processor_svc.controller import DEFAULT_MAX_RETRIES, DEFAULT_WORKERS, Controller
 from processor_svc.handlers import HandlerContext
 from processor_svc.lister import ShardedLister
-from tests.processor.handler_api.conftest import make_context, pod, synced_lister
+from tests.support.controllers import make_context, synced_lister
+from tests.support.objects import pod
 from tests.support.waiting import wait_until
 
 

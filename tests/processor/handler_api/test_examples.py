@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +16,10 @@ from informer_bus.examples.pod_phase_counter import PHASE_INDEX, PodPhaseCounter
 from informer_bus.examples.replica_checker import ReplicaChecker, Shortfall
 from processor_svc.handlers import load_handler
 from processor_svc.lister import ShardedLister
-from tests.processor.handler_api.conftest import deployment, make_context, pod
+from tests.support.controllers import make_context
+from tests.support.objects import deployment, pod
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def add(
@@ -40,12 +39,13 @@ class TestPodPhaseCounter:
         shard0, shard1 = lister.new_store(), lister.new_store()
         lister.attach(0, shard0)
         lister.attach(1, shard1)
-        add(counter, shard0, pod("a"), pod("b", phase="Pending"), initial=True)
-        add(counter, shard1, pod("c"), pod("d", phase=None), initial=True)
+        a, c = pod("a", phase="Running"), pod("c", phase="Running")
+        add(counter, shard0, a, pod("b", phase="Pending"), initial=True)
+        add(counter, shard1, c, pod("d"), initial=True)
         assert counter.counts() == {"Running": 2, "Pending": 1}
 
         # A takeover re-delivers the initial list: counts do not move.
-        add(counter, shard0, pod("a"), pod("b", phase="Pending"), initial=True)
+        add(counter, shard0, a, pod("b", phase="Pending"), initial=True)
         assert counter.counts() == {"Running": 2, "Pending": 1}
 
         # A phase change is an update: counted from the cache, recorded as a transition.
@@ -57,8 +57,8 @@ class TestPodPhaseCounter:
         assert len(counter.recent_transitions()) == 1
 
         # Deletions, tombstones included.
-        process_deltas(counter, shard0, [Delta(DeltaType.DELETED, pod("a"))], False)
-        tombstone = DeletedFinalStateUnknown("default/c", pod("c"))
+        process_deltas(counter, shard0, [Delta(DeltaType.DELETED, a)], False)
+        tombstone = DeletedFinalStateUnknown("default/c", c)
         process_deltas(counter, shard1, [Delta(DeltaType.DELETED, tombstone)], False)
         assert counter.counts() == {"Running": 1}
 
@@ -85,7 +85,15 @@ class TestPodPhaseCounter:
         counter = PodPhaseCounter(make_context(lister), report_every=0.05)
         store = lister.new_store()
         lister.attach(0, store)
-        add(counter, store, pod("a"), pod("b"), pod("c", phase="Pending"), initial=True)
+        running = {"phase": "Running"}
+        add(
+            counter,
+            store,
+            pod("a", **running),
+            pod("b", **running),
+            pod("c", phase="Pending"),
+            initial=True,
+        )
         counter.start()
         try:
             wait_until(lambda: any("pods per phase" in r.getMessage() for r in caplog.records))

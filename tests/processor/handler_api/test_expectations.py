@@ -26,7 +26,8 @@ from processor_svc.expectations import (
 from processor_svc.handlers import ExpectationStore, HandlerContext
 from processor_svc.lister import ShardedLister
 from processor_svc.write_barrier import Expectation
-from tests.processor.handler_api.conftest import make_context, pod
+from tests.support.controllers import make_context
+from tests.support.objects import pod
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 

@@ -25,7 +25,7 @@ from processor_svc.handlers import (
 )
 from processor_svc.lister import ShardedLister
 from tests.processor.handler_api import handler_targets
-from tests.processor.handler_api.conftest import make_context
+from tests.support.controllers import make_context
 
 TARGETS = "tests.processor.handler_api.handler_targets"
 

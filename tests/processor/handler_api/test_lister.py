@@ -17,7 +17,7 @@ from common.store import (
     IndexNotFoundError,
 )
 from processor_svc.lister import ShardedLister
-from tests.processor.handler_api.conftest import pod
+from tests.support.objects import pod
 
 
 def by_label_app(obj: Obj) -> list[str]:
@@ -42,8 +42,9 @@ def names(objects: list[Obj]) -> list[str]:
 
 def two_shard_lister() -> ShardedLister:
     lister = ShardedLister()
-    lister.attach(0, store_with(pod("a", "ns1", labels={"app": "web"}), pod("b", "ns2")))
-    lister.attach(1, store_with(pod("c", "ns1", labels={"app": "web"}), pod("d", "ns3")))
+    running = {"phase": "Running"}
+    lister.attach(0, store_with(pod("a", "ns1", app="web", **running), pod("b", "ns2", **running)))
+    lister.attach(1, store_with(pod("c", "ns1", app="web", **running), pod("d", "ns3", **running)))
     return lister
 
 
@@ -58,7 +59,7 @@ class TestMergedReads:
 
     def test_get_forms(self) -> None:
         lister = two_shard_lister()
-        assert lister.get_by_key("ns1/c") == pod("c", "ns1", labels={"app": "web"})
+        assert lister.get_by_key("ns1/c") == pod("c", "ns1", app="web", phase="Running")
         assert lister.get("ns1/c") is lister.get_by_key("ns1/c")
         assert lister.get("ns1", "c") is lister.get_by_key("ns1/c")
         assert lister.get_by_key("ns1/missing") is None

@@ -17,7 +17,7 @@ from processor_svc.predicates import (
     generation_changed,
     labels_changed,
 )
-from tests.processor.handler_api.conftest import make_context, synced_lister
+from tests.support.controllers import make_context, synced_lister
 from tests.support.waiting import wait_until
 
 

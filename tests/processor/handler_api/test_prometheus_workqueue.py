@@ -19,7 +19,7 @@ from common.workqueue import (
     RateLimitingQueue,
 )
 from processor_svc.controller import Controller
-from tests.processor.handler_api.conftest import make_context, synced_lister
+from tests.support.controllers import make_context, synced_lister
 from tests.support.waiting import wait_until
 
 

@@ -11,8 +11,8 @@ from common.sharding import shard_for
 from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext, ShardAware
 from processor_svc.lister import ShardedLister
-from tests.processor.handler_api.conftest import make_context
 from tests.processor.handler_api.test_expectations import RecordingStore
+from tests.support.controllers import make_context
 from tests.support.waiting import wait_until
 
 SHARDS = 4

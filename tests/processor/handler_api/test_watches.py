@@ -25,7 +25,7 @@ from processor_svc.handlers import (
 from processor_svc.lister import ShardedLister
 from processor_svc.predicates import generation_changed
 from processor_svc.watches import DeclarationError, For, Owns, Watches
-from tests.processor.handler_api.conftest import make_context, synced_lister
+from tests.support.controllers import make_context, synced_lister
 from tests.support.waiting import wait_until
 
 WIDGETS = "widgets.example.com"

@@ -16,7 +16,8 @@ from processor_svc.controller import Controller
 from processor_svc.handlers import HandlerContext
 from processor_svc.predicates import generation_changed
 from processor_svc.write_barrier import Expectation, Verdict, WriteBarrier
-from tests.processor.handler_api.conftest import make_context, pod, synced_lister
+from tests.support.controllers import make_context, synced_lister
+from tests.support.objects import pod
 from tests.support.waiting import wait_until
 
 

@@ -45,12 +45,3 @@ def dead_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-def pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }

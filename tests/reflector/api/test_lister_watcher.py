@@ -36,8 +36,8 @@ from reflector_svc.transport import load_api_client
 from reflector_svc.watch_decoder import LineFramer, OverlongLine, WatchDecoder
 from reflector_svc.watch_events import INITIAL_EVENTS_END, WatchEvent
 from reflector_svc.watch_stream import WatchStream
-from tests.reflector.api.conftest import pod
 from tests.support.bad_lines import BAD_LINE_REASONS
+from tests.support.objects import pod
 from tests.support.simulator import FAST
 
 MakeSource = Callable[..., KubeSource]

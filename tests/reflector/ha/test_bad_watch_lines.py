@@ -22,9 +22,9 @@ from apiserver_sim import Simulator, SimulatorSettings
 from apiserver_sim.faults import BAD_LINES
 from reflector_svc.bad_lines import BAD_LINE_RELIST_AFTER
 from reflector_svc.service import ReflectorService
-from tests.reflector.ha.conftest import SimHistory, assert_faithful, wait_caught_up
 from tests.support.bad_lines import BAD_LINE_REASONS
 from tests.support.bus import Bus
+from tests.support.reflector_ha import SimHistory, assert_faithful, wait_caught_up
 from tests.support.waiting import wait_until
 
 MakeService = Callable[..., ReflectorService]

@@ -17,19 +17,18 @@ from pathlib import Path
 import pytest
 
 from apiserver_sim import Simulator
-from tests.reflector.ha.conftest import (
+from tests.support.bus import Bus, ReflectorProcess
+from tests.support.cli import one_line_error, run_command
+from tests.support.redis_server import RedisServer
+from tests.support.reflector_ha import (
     SHARDS,
     SimHistory,
     assert_faithful,
     holds_lease,
     wait_caught_up,
 )
-from tests.support.bus import Bus, ReflectorProcess
-from tests.support.cli import one_line_error, run_command
-from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
 MODULE = [sys.executable, "-m", "reflector_svc"]
 CONSOLE = [str(Path(sys.executable).with_name("informer-bus")), "reflector"]
 

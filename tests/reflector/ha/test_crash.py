@@ -21,8 +21,8 @@ import redis
 from apiserver_sim import Simulator
 from reflector_svc.publisher import ShardPublisher, _Call
 from reflector_svc.service import ReflectorService
-from tests.reflector.ha.conftest import SimHistory, assert_faithful, holds_lease, wait_caught_up
 from tests.support.bus import Bus, Entry, ReflectorProcess, republish_problems
+from tests.support.reflector_ha import SimHistory, assert_faithful, holds_lease, wait_caught_up
 from tests.support.waiting import wait_until
 
 

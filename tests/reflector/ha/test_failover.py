@@ -15,14 +15,14 @@ from collections.abc import Callable
 
 from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
-from tests.reflector.ha.conftest import (
+from tests.support.bus import Bus, ReflectorProcess
+from tests.support.reflector_ha import (
     LEASE,
     SimHistory,
     assert_faithful,
     holds_lease,
     wait_caught_up,
 )
-from tests.support.bus import Bus, ReflectorProcess
 from tests.support.waiting import wait_until
 
 LEADER = "informer_bus_reflector_leader"

@@ -22,8 +22,8 @@ from common.publication import ResourceLayout
 from common.shard_routing import ShardKeyChoice
 from common.sharding import shard_for
 from common.wire import Move
-from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced
-from tests.support.bus import Entry, duplicate_problems, known_state_problems, order_problems
+from tests.support.bus import Bus, Entry, duplicate_problems, known_state_problems, order_problems
+from tests.support.reflector_services import PATIENCE, SHARDS, Reflectors, metric, wait_synced
 from tests.support.waiting import wait_until
 
 NAMESPACE = "default"
@@ -82,7 +82,7 @@ def assert_consistent(bus: Bus) -> None:
 
 @pytest.fixture
 def configmaps(redis_client: redis.Redis) -> Bus:
-    return Bus(redis_client, "configmaps")
+    return Bus(redis_client, "configmaps", shard_count=SHARDS)
 
 
 def test_configmaps_sharded_by_owner_live_on_their_owners_shard_and_move_with_it(

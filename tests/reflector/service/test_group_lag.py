@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
-from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, wait_synced
+from tests.support.bus import Bus
+from tests.support.reflector_services import PATIENCE, SHARDS, Reflectors, wait_synced
 from tests.support.waiting import wait_until
 
 LAG = "informer_bus_reflector_group_lag_entries"

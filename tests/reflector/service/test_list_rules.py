@@ -29,7 +29,8 @@ from reflector_svc.service import reflector_options
 from reflector_svc.settings import ReflectorSettings
 from reflector_svc.transport import load_api_client
 from reflector_svc.watch_events import ListPage
-from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus
+from tests.support.bus import Bus
+from tests.support.reflector_services import PATIENCE, SHARDS
 from tests.support.waiting import wait_until
 
 

@@ -12,7 +12,8 @@ import urllib3
 
 from apiserver_sim import Simulator
 from reflector_svc.service import ReflectorService
-from tests.reflector.service.conftest import PATIENCE, SHARDS, Bus, Reflectors, metric, wait_synced
+from tests.support.bus import Bus
+from tests.support.reflector_services import PATIENCE, SHARDS, Reflectors, metric, wait_synced
 from tests.support.waiting import wait_until
 
 
@@ -75,14 +76,14 @@ def test_restart_resumes_from_the_checkpoint_and_republishes_nothing_unchanged(
     first = reflectors.start()
     wait_synced(first)
     first.stop()
-    before = bus.entry_count()
+    before = bus.length()
     keys = sorted(sim.ground_truth("pods"))
     sim.update("pods", keys[0], {"metadata": {"labels": {"changed": "yes"}}})
     sim.delete("pods", keys[1])
     sim.create("pods", pod("newcomer"))
     second = reflectors.start()
     wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="caught up")
-    assert bus.entry_count() - before == 3, "only the three changes are published"
+    assert bus.length() - before == 3, "only the three changes are published"
     assert metric(second, "informer_bus_reflector_lists_total", resource="pods") == 0, (
         "a restart resumes the watch from the checkpoint instead of listing"
     )
@@ -97,7 +98,7 @@ def test_silent_deletions_during_downtime_arrive_as_tombstones_with_the_last_obj
     first.stop()
     keys = sorted(sim.ground_truth("pods"))
     last_rv = sim.ground_truth("pods")[keys[5]]
-    before = bus.entry_count()
+    before = bus.length()
     sim.silent_delete("pods", keys[5])
     sim.silent_update("pods", keys[6], {"metadata": {"labels": {"quiet": "change"}}})
     sim.compact()  # the checkpoint's RV is gone: the restart gets 410 and must relist
@@ -111,7 +112,7 @@ def test_silent_deletions_during_downtime_arrive_as_tombstones_with_the_last_obj
     tombstone = [e for e in bus.envelopes() if e.key == keys[5]][-1]
     assert tombstone.obj is not None and tombstone.obj["metadata"]["name"] == keys[5].split("/")[1]
     assert history[keys[6]][-1][0] == "Updated"
-    assert bus.entry_count() - before == 2, "nothing for the 198 unchanged objects"
+    assert bus.length() - before == 2, "nothing for the 198 unchanged objects"
     assert metric(second, "informer_bus_reflector_expired_total", resource="pods") >= 1
 
 
@@ -121,7 +122,7 @@ def test_1_10_expired_watch_relists_and_diffs_while_running(
     sim.populate("pods", 100, seed=4)
     service = reflectors.start()
     wait_synced(service)
-    before = bus.entry_count()
+    before = bus.length()
     keys = sorted(sim.ground_truth("pods"))
     sim.silent_delete("pods", keys[0])  # a change the watch never shows
     sim.compact()
@@ -130,7 +131,7 @@ def test_1_10_expired_watch_relists_and_diffs_while_running(
         lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="relist diff"
     )
     assert bus.history()[keys[0]][-1][0] == "Deleted"
-    assert bus.entry_count() - before == 1
+    assert bus.length() - before == 1
     assert metric(service, "informer_bus_reflector_relists_total", resource="pods") >= 1
 
 
@@ -239,9 +240,9 @@ def test_managed_fields_are_stripped_and_secrets_redacted_before_publishing(
     )
     service = reflectors.start(resource=("pods", "secrets"))
     wait_synced(service)
-    pods = Bus(redis_client, "pods").envelopes()
+    pods = Bus(redis_client, "pods", shard_count=SHARDS).envelopes()
     assert pods and all("managedFields" not in e.obj["metadata"] for e in pods if e.obj)
-    secrets = Bus(redis_client, "secrets").envelopes()
+    secrets = Bus(redis_client, "secrets", shard_count=SHARDS).envelopes()
     assert [e.obj["data"] for e in secrets if e.obj] == [{"password": "<redacted>"}]
     assert not any(b"aHVudGVyMg==" in value for value in _all_values(redis_client))
 
@@ -305,10 +306,14 @@ def test_several_resources_in_one_process(
     sim.create("nodes", {"metadata": {"name": "node-a"}})
     service = reflectors.start(resource=("pods", "configmaps", "nodes"))
     wait_synced(service)
-    assert Bus(redis_client, "pods").known_versions() == sim.ground_truth("pods")
-    assert set(Bus(redis_client, "configmaps").known_versions()) == {"default/cfg"}
+    assert Bus(redis_client, "pods", shard_count=SHARDS).known_versions() == sim.ground_truth(
+        "pods"
+    )
+    assert set(Bus(redis_client, "configmaps", shard_count=SHARDS).known_versions()) == {
+        "default/cfg"
+    }
     # node-a and the nodes the populated pods are scheduled on.
-    nodes = set(Bus(redis_client, "nodes").known_versions())
+    nodes = set(Bus(redis_client, "nodes", shard_count=SHARDS).known_versions())
     assert "node-a" in nodes and nodes == set(sim.ground_truth("nodes"))
     assert sum(
         metric(service, "informer_bus_reflector_deltas_published_total", resource=r, type="Added")
@@ -326,7 +331,7 @@ def test_retention_bounds_streams_by_objects_not_history(
         sim.update("pods", "default/busy", {"metadata": {"labels": {"i": str(i)}}})
     wait_until(lambda: bus.known_versions() == sim.ground_truth("pods"), PATIENCE, what="updates")
     # no consumer group reads these streams, so all but the newest few entries may go
-    wait_until(lambda: bus.entry_count() <= 5 * SHARDS, PATIENCE, what="trimmed streams")
+    wait_until(lambda: bus.length() <= 5 * SHARDS, PATIENCE, what="trimmed streams")
     assert metric(service, "informer_bus_reflector_trimmed_entries_total", resource="pods") > 0
     assert bus.known_versions() == sim.ground_truth("pods"), "the known state is never trimmed"
 
@@ -350,7 +355,7 @@ def test_a_forced_trim_is_counted_under_the_group_that_lost_entries(
         )
 
     wait_until(lambda: forced("gone") > 0, PATIENCE, what="a forced trim counted for 'gone'")
-    assert bus.entry_count() <= 10 * SHARDS + 60  # the hard cap, give or take one pass
+    assert bus.length() <= 10 * SHARDS + 60  # the hard cap, give or take one pass
     assert forced("processors") == 0  # no other group lost anything
 
 

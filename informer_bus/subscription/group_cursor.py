@@ -1,4 +1,5 @@
-"""Durable subscribers: ``subscribe(..., group=NAME)`` reads through a consumer group of its own.
+"""Durable subscribers: ``subscribe_durable(..., group=NAME)`` reads through a consumer group of
+its own.
 
 A position-less subscriber (plain ``XREAD``) forgets where it was when it stops. A durable one
 is consumer group ``NAME`` on every shard stream, read by one stable consumer
@@ -25,18 +26,19 @@ One subscriber process per group is the model: two would share its consumer and 
 entries. Spreading a resource over several readers is what processor groups are for; a group
 that processors are using (live members or a held shard lease) is refused, since a subscriber
 reading it would take their entries.
+
+The cursor says what to send as conversations (:mod:`common.redis_conversation`), so the
+blocking and the asyncio subscriptions share every command sequence here.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import redis
-
+from common.redis_conversation import Commands, Conversation, Pause, Recorder, call
 from common.redis_layout import (
     DURABLE_CONSUMER,
     PROCESSOR_GROUP,
@@ -46,15 +48,10 @@ from common.redis_layout import (
     check_group_name,
 )
 from common.redis_layout.members import queue_live_count, redis_time_ms
-from common.redis_layout.snapshot import GroupExistsError, read_snapshot
-from common.redis_replies import as_text
+from common.redis_layout.snapshot import GroupExistsError, snapshot_conversation
+from informer_bus.subscription.stream_replies import Batches, entry_order, stream_batches, text
 
-__all__ = [
-    "GroupCursor",
-    "GroupRefused",
-    "InitialList",
-    "stream_batches",
-]
+__all__ = ["GroupCursor", "GroupRefused", "InitialList"]
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +77,15 @@ class InitialList:
 class GroupCursor:
     """Consumer group ``group`` on every shard of ``shards``: sets it up, reads, acknowledges.
 
-    The constructor refuses a group processors use, then creates the group where it is missing
-    (or redoes an unacknowledged initial list) and keeps those snapshots in :attr:`initial`.
-    :meth:`read` acknowledges what :meth:`processed` collected (one ``XACK`` per shard) and
-    removes the markers of finished initial lists before it reads the next batch, so nothing is
-    acknowledged before the caller is done with it and nothing done waits for new entries.
+    The constructor checks the name only (no Redis). :meth:`join` refuses a group processors
+    use, then creates the group where it is missing (or redoes an unacknowledged initial list)
+    and keeps those snapshots in :attr:`initial`. :meth:`read` acknowledges what
+    :meth:`processed` collected (one ``XACK`` per shard) and removes the markers of finished
+    initial lists before it reads the next batch, so nothing is acknowledged before the caller
+    is done with it and nothing done waits for new entries.
     """
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        shards: Sequence[ShardKeys],
-        group: str,
-        *,
-        batch: int,
-        block_ms: int,
-        cluster: bool,
-    ) -> None:
+    def __init__(self, group: str, *, batch: int, block_ms: int) -> None:
         try:
             self.group = check_group_name(group)
         except ValueError as exc:
@@ -106,30 +95,38 @@ class GroupCursor:
                 f"group {group!r} is the processors' default group: give a durable subscriber "
                 "a group of its own"
             )
-        self._client = client
-        self._keys = [keys.for_group(group) for keys in shards]
         self._batch = batch
         self._block_ms = block_ms
+        self._cluster = False
+        self._keys: list[GroupShardKeys] = []
+        self.initial: list[InitialList] = []
+        self._positions: dict[str, str] = {}
+        self._acks: dict[str, list[str]] = {}
+        self._finished: list[str] = []
+
+    def join(self, shards: Sequence[ShardKeys], *, cluster: bool) -> Conversation[None]:
+        """Refuse a group processors use, then set the group up on every shard."""
         self._cluster = cluster
-        self._refuse_processor_group(shards)
-        self.initial: list[InitialList] = [
-            snapshot for keys in self._keys if (snapshot := self._set_up(keys)) is not None
-        ]
+        self._keys = [keys.for_group(self.group) for keys in shards]
+        yield from self._refuse_processor_group(shards)
+        self.initial = []
+        for keys in self._keys:
+            snapshot = yield from self._set_up(keys)
+            if snapshot is not None:
+                self.initial.append(snapshot)
         # Each shard starts with its own pending entries; ">" once they are exhausted.
         self._positions = {keys.stream: _PENDING for keys in self._keys}
         for snapshot in self.initial:  # a new group has nothing pending
             self._positions[self._keys[snapshot.shard].stream] = _NEW
-        self._acks: dict[str, list[str]] = {}
-        self._finished: list[str] = []
 
-    def _refuse_processor_group(self, shards: Sequence[ShardKeys]) -> None:
+    def _refuse_processor_group(self, shards: Sequence[ShardKeys]) -> Conversation[None]:
         members = ResourceKeys(shards[0].prefix, shards[0].resource).group(self.group).members
-        now_ms = redis_time_ms(self._client.time())
-        with self._client.pipeline(transaction=False) as pipe:
-            queue_live_count(pipe, members, now_ms)
-            for keys in self._keys:
-                pipe.exists(keys.lease)
-            live, *leases = pipe.execute()
+        (now,) = yield Commands.one("time")
+        pipe = Recorder()
+        queue_live_count(pipe, members, redis_time_ms(now))
+        for keys in self._keys:
+            pipe.exists(keys.lease)
+        live, *leases = yield pipe.commands()
         if live:
             raise GroupRefused(
                 f"group {self.group!r} has {live} live processor member(s) ({members}): a "
@@ -142,18 +139,21 @@ class GroupCursor:
                 "subscriber reading it would take their entries; use another group name"
             )
 
-    def _set_up(self, keys: GroupShardKeys) -> InitialList | None:
+    def _set_up(self, keys: GroupShardKeys) -> Conversation[InitialList | None]:
         """The shard's snapshot when the group is new there (or its initial list was never
         acknowledged), taken atomically with the group's creation; ``None`` to resume."""
         marker = keys.initial_list
-        with self._client.pipeline(transaction=False) as pipe:
-            pipe.xinfo_groups(keys.stream)
-            pipe.exists(marker)
-            pipe.xinfo_stream(keys.stream)
-            pipe.xpending(keys.stream, self.group)
-            groups, redo, stream, pending = pipe.execute(raise_on_error=False)
+        groups, redo, stream, pending = yield Commands(
+            (
+                call("xinfo_groups", keys.stream),
+                call("exists", marker),
+                call("xinfo_stream", keys.stream),
+                call("xpending", keys.stream, self.group),
+            ),
+            raise_on_error=False,
+        )
         listed = [] if isinstance(groups, Exception) else groups  # no stream yet: no group
-        mine = [info for info in listed if as_text(info["name"]) == self.group]
+        mine = [info for info in listed if text(info["name"]) == self.group]
         exists = bool(mine)
         if exists and not redo:
             lost = _trimmed(mine[0], stream, pending)
@@ -167,19 +167,21 @@ class GroupCursor:
                 keys.stream,
             )
         try:
-            snapshot = read_snapshot(self._client, keys.shard_keys, start=keys, recreate=exists)
+            snapshot = yield from snapshot_conversation(
+                keys.shard_keys, start=keys, recreate=exists
+            )
         except GroupExistsError:
             raise GroupRefused(
                 f"group {self.group!r} was just created on {keys.stream} by someone else: "
                 "run one subscriber per group"
             ) from None
         info = snapshot.stream
-        last_id = as_text(info["last-generated-id"])
+        last_id = text(info["last-generated-id"])
         if isinstance(info.get("entries-added"), int):
             # XGROUP CREATE at "$" leaves the group's read counter unknown; set, it lets a
             # later start tell what a forced trim cost the group (_trimmed).
-            self._client.xgroup_setid(
-                keys.stream, self.group, last_id, entries_read=info["entries-added"]
+            yield Commands.one(
+                "xgroup_setid", keys.stream, self.group, last_id, entries_read=info["entries-added"]
             )
         objects = snapshot.objects
         log.info(
@@ -200,50 +202,57 @@ class GroupCursor:
         """The caller is done with this entry (or it was filtered out, or undecodable)."""
         self._acks.setdefault(stream, []).append(entry_id)
 
-    def flush(self) -> None:
+    def flush(self) -> Conversation[None]:
         """Acknowledge what was processed, one ``XACK`` per shard, and drop finished markers."""
         if not self._acks and not self._finished:
             return
         acks, finished = self._acks, self._finished
-        with self._client.pipeline(transaction=False) as pipe:
-            for stream, ids in acks.items():
-                pipe.xack(stream, self.group, *ids)
-            for marker in finished:
-                pipe.delete(marker)
-            pipe.execute()
+        yield Commands(
+            (
+                *(call("xack", stream, self.group, *ids) for stream, ids in acks.items()),
+                *(call("delete", marker) for marker in finished),
+            )
+        )
         self._acks, self._finished = {}, []
 
-    def read(self) -> list[tuple[str, list[tuple[bytes, Any]]]]:
+    def read(self) -> Conversation[Batches]:
         """Acknowledge (:meth:`flush`), then one read of every shard: its pending entries while
         there are any (no blocking), else new ones (blocking ``block_ms`` when all are new)."""
-        self.flush()
+        yield from self.flush()
         if self._cluster:
-            return self._read_each()
+            return (yield from self._read_each())
         history = any(position != _NEW for position in self._positions.values())
-        reply = self._client.xreadgroup(
+        (reply,) = yield Commands.one(
+            "xreadgroup",
             self.group,
             DURABLE_CONSUMER,
-            self._positions,  # type: ignore[arg-type]
+            dict(self._positions),
             count=self._batch,
             block=None if history else self._block_ms,
         )
         return self._advance(stream_batches(reply))
 
-    def _read_each(self) -> list[tuple[str, list[tuple[bytes, Any]]]]:
+    def _read_each(self) -> Conversation[Batches]:
         """On a Redis Cluster one read cannot span slots: one non-blocking read per shard in a
         pipeline, and a short sleep after a round that found nothing."""
-        with self._client.pipeline(transaction=False) as pipe:
-            for stream, position in self._positions.items():
-                pipe.xreadgroup(self.group, DURABLE_CONSUMER, {stream: position}, count=self._batch)
-            replies: list[Any] = pipe.execute()
+        replies: list[Any] = yield Commands(
+            tuple(
+                call(
+                    "xreadgroup",
+                    self.group,
+                    DURABLE_CONSUMER,
+                    {stream: position},
+                    count=self._batch,
+                )
+                for stream, position in self._positions.items()
+            )
+        )
         batches = self._advance([batch for reply in replies for batch in stream_batches(reply)])
         if not any(entries for _, entries in batches):
-            time.sleep(_CLUSTER_POLL_SECONDS)
+            yield Pause(_CLUSTER_POLL_SECONDS)
         return batches
 
-    def _advance(
-        self, batches: list[tuple[str, list[tuple[bytes, Any]]]]
-    ) -> list[tuple[str, list[tuple[bytes, Any]]]]:
+    def _advance(self, batches: Batches) -> Batches:
         """Move each shard still re-reading its pending entries past what this read returned;
         a shard whose pending read came back empty goes on with new entries."""
         returned = dict(batches)
@@ -251,13 +260,8 @@ class GroupCursor:
             if position == _NEW:
                 continue
             entries = returned.get(stream)
-            self._positions[stream] = as_text(entries[-1][0]) if entries else _NEW
+            self._positions[stream] = text(entries[-1][0]) if entries else _NEW
         return [(stream, entries) for stream, entries in batches if entries]
-
-
-def _id(entry_id: bytes | str) -> tuple[int, int]:
-    ms, _, seq = as_text(entry_id).partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _trimmed(group: dict[str, Any], stream: dict[str, Any], pending: dict[str, Any]) -> int:
@@ -272,12 +276,12 @@ def _trimmed(group: dict[str, Any], stream: dict[str, Any], pending: dict[str, A
     gap passed over.
     """
     first = stream.get("first-entry")
-    first_id = _id(first[0]) if first else None
+    first_id = entry_order(first[0]) if first else None
     lost = 0
-    if pending.get("pending") and (first_id is None or _id(pending["min"]) < first_id):
+    if pending.get("pending") and (first_id is None or entry_order(pending["min"]) < first_id):
         lost += 1  # at least one; the pending re-read reports each as undecodable
-    delivered = _id(group["last-delivered-id"])
-    if delivered == _id(stream["last-generated-id"]):
+    delivered = entry_order(group["last-delivered-id"])
+    if delivered == entry_order(stream["last-generated-id"]):
         return lost
     if first_id is not None and first_id <= delivered:
         return lost  # the trim did not reach past the group's position
@@ -285,16 +289,3 @@ def _trimmed(group: dict[str, Any], stream: dict[str, Any], pending: dict[str, A
     if not isinstance(added, int) or not isinstance(read, int):
         return lost
     return lost + max(0, added - read - int(stream["length"]))
-
-
-def stream_batches(reply: Any) -> list[tuple[str, list[tuple[bytes, Any]]]]:
-    """An XREAD or XREADGROUP reply as ``[(stream, [(id, fields), ...]), ...]`` (RESP2 list or
-    RESP3 dict)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):  # RESP3 wraps each stream's entries in one more list
-        return [
-            (as_text(stream), list(wrapped[0]) if wrapped else [])
-            for stream, wrapped in reply.items()
-        ]
-    return [(as_text(stream), list(entries)) for stream, entries in reply]

@@ -1,6 +1,6 @@
 """What a subscription yields: one delta read from the bus and where it was read, and the
 entry it reports instead when a stream holds something that is no envelope
-(:mod:`informer_bus.subscribe`)."""
+(:mod:`informer_bus.subscription`)."""
 
 from __future__ import annotations
 
