@@ -20,13 +20,11 @@ With ``replicas`` 0 nothing here sends anything: the callers' paths stay exactly
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from common.redis_layout.script_runner import ScriptText, run_then_wait
 from common.settings import Durability
 
 __all__ = ["NO_WAIT", "ReplicaWait", "ReplicationShortfallError"]
@@ -74,18 +72,6 @@ class ReplicaWait:
             raise reply
         if int(reply) < self.replicas:
             raise ReplicationShortfallError(what, int(reply), self.replicas)
-
-    def eval(
-        self,
-        client: redis.Redis,
-        script: ScriptText,
-        keys: Sequence[str],
-        args: Sequence[Any],
-    ) -> tuple[Any, Any]:
-        """Run ``script`` then this ``WAIT`` in one pipeline
-        (:func:`common.redis_layout.script_runner.run_then_wait`); ``(script reply, WAIT
-        reply)``, the latter for :meth:`check`."""
-        return run_then_wait(client, script, keys, args, self)
 
 
 NO_WAIT = ReplicaWait()

@@ -38,7 +38,6 @@ from typing import Any, Final
 
 import redis
 from prometheus_client import Counter
-from redis.commands.core import Script
 
 from common.redis_layout import (
     DEAD_LETTER_ID,
@@ -47,6 +46,8 @@ from common.redis_layout import (
     SHARD_CONSUMER,
     GroupShardKeys,
 )
+from common.redis_layout.lua import LuaScript
+from common.redis_layout.script_runner import run, run_then_wait
 from common.redis_layout.shard_scripts import FENCED_ACK, FENCED_HELD, FENCED_READ
 from common.redis_replies import as_text
 from common.replica_wait import NO_WAIT, ReplicaWait
@@ -127,9 +128,6 @@ class FencedStream:
         self._wait = replica_wait
         self._lease_args = (member_id, str(epoch))
         self._dead_letters = dead_letters
-        self._read_script = client.register_script(FENCED_READ)
-        self._ack_script = client.register_script(FENCED_ACK)
-        self._held_script = client.register_script(FENCED_HELD)
         self._acknowledging = True
 
     @property
@@ -158,7 +156,7 @@ class FencedStream:
         then read up to ``count`` entries after ``start`` (``>``: new ones; an ID: this
         consumer's pending entries after it), in one fenced script."""
         reply = self._call(
-            self._read_script,
+            FENCED_READ,
             [self.keys.lease, self.keys.stream, self.keys.held],
             [
                 *self._lease_args,
@@ -204,7 +202,7 @@ class FencedStream:
         args += held_arguments(held or {})
         args += ids
         self._call(
-            self._ack_script,
+            FENCED_ACK,
             [self.keys.lease, self.keys.stream, self.keys.dead_letters, self.keys.held],
             args,
             confirm=True,
@@ -223,22 +221,22 @@ class FencedStream:
                 return
             part = dict(changes[start : start + HELD_CHANGES_PER_CALL])
             self._call(
-                self._held_script,
+                FENCED_HELD,
                 [self.keys.lease, self.keys.held],
                 [*self._lease_args, *held_arguments(part)],
                 confirm=True,
             )
 
     def _call(
-        self, script: Script, keys: list[str], args: list[Any], *, confirm: bool
+        self, script: LuaScript, keys: list[str], args: list[Any], *, confirm: bool
     ) -> list[Any]:
         """Run a fenced script (with ``confirm``, its ``WAIT`` too); its reply unless the
         lease was not ours (:class:`OwnershipLostError`) or too few replicas confirmed."""
         if not (confirm and self._wait.enabled):
-            reply: list[Any] = script(keys=keys, args=args, client=self.client)
+            reply: list[Any] = run(self.client, script, keys, args)
             waited: Any = None
         else:
-            reply, waited = self._wait.eval(self.client, script, keys, args)
+            reply, waited = run_then_wait(self.client, script, keys, args, self._wait)
         if reply[0] == 0:
             raise OwnershipLostError(as_text(reply[1]), as_text(reply[2]))
         if waited is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from common.redis_layout.lua import LuaScript
 from common.redis_layout.names import LEASE_EPOCH, LEASE_HOLDER
 
 __all__ = ["FENCED_ACK", "FENCED_HELD", "FENCED_READ"]
@@ -58,7 +59,7 @@ local function apply_held(held, i)
 end
 """
 
-FENCED_READ: Final = (
+FENCED_READ: Final = LuaScript(
     "#!lua\n"
     + _CHECK_LEASE
     + _APPLY_HELD
@@ -87,7 +88,7 @@ KEYS: 1 the shard lease, 2 the shard stream, 3 the group's held set. ARGV: 1 hol
 entries after it, 7... the held set's changes (module docstring), then the IDs to acknowledge
 first. Replies ``{1, entries}``."""
 
-FENCED_ACK: Final = (
+FENCED_ACK: Final = LuaScript(
     "#!lua\n"
     + _CHECK_LEASE
     + _APPLY_HELD
@@ -140,7 +141,7 @@ ARGV: 1 holder, 2 epoch, 3 group, 4 the dead-letter stream's approximate ``MAXLE
 dead letters, then per dead letter its number of field/value pairs and the pairs; then the held
 set's changes (module docstring); then the IDs to acknowledge. Replies ``{1, acknowledged}``."""
 
-FENCED_HELD: Final = (
+FENCED_HELD: Final = LuaScript(
     "#!lua\n"
     + _CHECK_LEASE
     + _APPLY_HELD

@@ -10,6 +10,7 @@ import redis
 from common.backoff import Backoff
 from common.compact_store import CompactIndexer
 from common.object_keys import Obj
+from common.redis_layout.shard_scripts import FENCED_READ
 from common.store import NAMESPACE_INDEX, Indexer, meta_namespace_index_func
 from tests.processor.shard.support import Shard, compact_envelopes
 from tests.reflector.publisher.support import added, updated
@@ -25,17 +26,17 @@ def test_a_read_whose_reply_was_lost_is_replayed_from_the_pending_list(shard: Sh
     recorder = Recorder()
     with shard.running(("rec", recorder), block_ms=200, backoff=quick_backoff()) as (w, _, _):
         assert w.wait_for_sync(5)
-        real = w._stream._read_script
+        real = w._stream._call
         failures: list[int] = []
 
-        def read_then_lose_the_reply(**kwargs: Any) -> Any:
-            reply = real(**kwargs)
-            if reply[0] == 1 and reply[1] and not failures:
+        def read_then_lose_the_reply(script: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = real(script, *args, **kwargs)
+            if script is FENCED_READ and reply[1] and not failures:
                 failures.append(len(reply[1]))
                 raise redis.ConnectionError("connection lost after the script ran")
             return reply
 
-        w._stream._read_script = read_then_lose_the_reply  # type: ignore[assignment]
+        w._stream._call = read_then_lose_the_reply  # type: ignore[method-assign]
         shard.publish(added("ns/a", "1"), added("ns/b", "2"))
         shard.publish(updated("ns/a", "3"))
         wait_until(lambda: len(recorder.events) == 3, what="every delta despite the lost reply")
