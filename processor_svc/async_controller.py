@@ -81,19 +81,13 @@ class AsyncController(Controller):
         """As :meth:`Controller.reconcile`, awaited on the processor's event loop: never
         concurrently for one key, at most ``max_concurrent_reconciles`` keys at once."""
 
-    def start(self) -> None:
-        """Start the feeder thread (idempotent). Raises ``RuntimeError`` after :meth:`stop`."""
-        with self._lock:
-            if self._stopped:
-                raise RuntimeError(f"controller {self.name!r} was stopped; it cannot restart")
-            if self._threads:
-                return
-            # Daemon: a feeder waiting on a reconcile stuck past stop(timeout) must not hang exit.
-            feeder = threading.Thread(
-                target=self._feed, name=f"controller[{self.name}]-feeder", daemon=True
-            )
-            self._threads = [feeder]
-            feeder.start()
+    def _new_threads(self) -> list[threading.Thread]:
+        # Daemon: a feeder waiting on a reconcile stuck past stop(timeout) must not hang exit.
+        return [
+            threading.Thread(target=self._feed, name=f"controller[{self.name}]-feeder", daemon=True)
+        ]
+
+    def _log_started(self) -> None:
         self.logger.info(
             "started: up to %d reconciles at once on the event loop",
             self.max_concurrent_reconciles, extra={"controller": self.name},

@@ -86,19 +86,7 @@ class BlockingRead:
         """Up to ``count`` entries after ``after_id`` (``[(id, fields), ...]``), waiting as
         :meth:`wait` does when there are none: for a reader outside any consumer group (a
         replicated resource), whose read changes nothing and needs no fencing."""
-        with self._lock:
-            if self._stop.is_set():
-                return []
-            self._blocking = True
-        try:
-            client = self._connection()
-            reply: Any = client.xread({self._stream: after_id}, count=count, block=block_ms)
-        except redis.RedisError:
-            self.close()
-            raise
-        finally:
-            with self._lock:
-                self._blocking = False
+        reply = self._xread_blocking({self._stream: after_id}, count, block_ms)
         if not reply:
             return []
         if isinstance(reply, dict):  # RESP3: {stream: [entries]}
@@ -119,25 +107,28 @@ class BlockingRead:
             return set()
         if is_cluster(self._client):
             return self._poll_cluster(positions, block_ms)
+        reply = self._xread_blocking(dict(positions), 1, block_ms)
+        if not reply:
+            return set()
+        if isinstance(reply, dict):  # RESP3: {stream: [entries]}
+            return {as_text(stream) for stream in reply}
+        return {as_text(stream) for stream, _ in reply}
+
+    def _xread_blocking(self, streams: dict[Any, Any], count: int, block_ms: int) -> Any:
+        """One ``XREAD BLOCK``, marked as blocking so that :meth:`interrupt` knows to break
+        it; ``None`` without a call once stopped. A failed call closes the connection."""
         with self._lock:
             if self._stop.is_set():
-                return set()
+                return None
             self._blocking = True
         try:
-            client = self._connection()
-            streams: dict[Any, Any] = dict(positions)
-            reply: Any = client.xread(streams, count=1, block=block_ms)
+            return self._connection().xread(streams, count=count, block=block_ms)
         except redis.RedisError:
             self.close()
             raise
         finally:
             with self._lock:
                 self._blocking = False
-        if not reply:
-            return set()
-        if isinstance(reply, dict):  # RESP3: {stream: [entries]}
-            return {as_text(stream) for stream in reply}
-        return {as_text(stream) for stream, _ in reply}
 
     def _poll_cluster(self, positions: Mapping[str, str], block_ms: int) -> set[str]:
         pipe: Any = self._client.pipeline(transaction=False)

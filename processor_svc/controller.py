@@ -41,10 +41,10 @@ traffic happened, and the worker threads must be stopped by someone who knows th
 By default each worker first waits for every served resource's cache sync, as client-go
 controllers wait for ``HasSynced`` of each informer, and then reconciles a key only once the
 caches of its shard are loaded (a takeover reloads one shard while the others serve), so a
-reconcile never judges a half-loaded cache. :meth:`Controller.stop`
-shuts the queue down, lets workers finish the key in hand and the keys already queued (client-go's
-drain), drops retries that are not due yet, and joins the workers; always call it, even if the
-controller was never started.
+reconcile never judges a half-loaded cache. :meth:`Controller.stop` shuts the queue down, lets
+workers finish the key in hand and the keys already queued (client-go's drain), drops retries
+that are not due yet, and joins the workers; always call it, even if the controller was never
+started.
 
 The delivery guarantee handlers get (docs/architecture.md) ends at ``on_*`` returning: a stream
 entry is acknowledged once its key is *queued*, not reconciled. If the process dies with keys
@@ -92,10 +92,6 @@ that controllers of one processor group with the same primary keep their own exp
 DEFAULT_WORKERS = 2
 DEFAULT_MAX_RETRIES = 5
 """Retries after the first failure before giving up: client-go's sample-controller pattern."""
-
-
-def _snake_case(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 class Controller(abc.ABC):
@@ -185,7 +181,8 @@ class Controller(abc.ABC):
         """The resources whose events this controller hears, so whose writes it can expect."""
         self.lister: Lister = self._listers[self.resource]
         """The primary's lister."""
-        self.name = name or cls.name or _snake_case(cls.__name__)
+        snake_case = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
+        self.name = name or cls.name or snake_case
         if not self.name or any(c.isspace() for c in self.name):
             # It starts the fields of its persisted expectations, before a space.
             raise ValueError(f"name must be non-empty and without whitespace, got {self.name!r}")
@@ -434,17 +431,20 @@ class Controller(abc.ABC):
                 raise RuntimeError(f"controller {self.name!r} was stopped; it cannot restart")
             if self._threads:
                 return
-            self._threads = [
-                threading.Thread(
-                    target=self._run_worker,
-                    name=f"controller[{self.name}]-worker-{index}",
-                    # A reconcile stuck past stop(timeout) must not hang interpreter exit.
-                    daemon=True,
-                )
-                for index in range(self.workers)
-            ]
+            self._threads = self._new_threads()
             for thread in self._threads:
                 thread.start()
+        self._log_started()
+
+    def _new_threads(self) -> list[threading.Thread]:
+        # Daemons: a reconcile stuck past stop(timeout) must not hang interpreter exit.
+        prefix = f"controller[{self.name}]-worker-"
+        return [
+            threading.Thread(target=self._run_worker, name=f"{prefix}{index}", daemon=True)
+            for index in range(self.workers)
+        ]
+
+    def _log_started(self) -> None:
         self.logger.info("started %d workers", self.workers, extra={"controller": self.name})
 
     def stop(self, timeout: float | None = None) -> bool:

@@ -8,7 +8,7 @@ little and a co-sharded resource whose reflector is slow does not make thousands
 
 from __future__ import annotations
 
-import threading
+from common.rate_limiters import ItemExponentialFailureRateLimiter
 
 __all__ = ["KEY_SYNC_RETRY_MAX_SECONDS", "KEY_SYNC_RETRY_SECONDS", "SyncWaits"]
 
@@ -19,24 +19,18 @@ KEY_SYNC_RETRY_MAX_SECONDS = 2.0
 """The longest pause between two looks at a key whose shard's caches are still loading."""
 
 
-class SyncWaits:
-    """The keys put back while their shard's caches loaded, and how often each was."""
-
-    __slots__ = ("_lock", "_waits")
+class SyncWaits(ItemExponentialFailureRateLimiter[str]):
+    """The keys put back while their shard's caches loaded, and how often each was: the
+    workqueue's per-item exponential backoff, on its own counts and with its own bounds."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waits: dict[str, int] = {}
+        super().__init__(KEY_SYNC_RETRY_SECONDS, KEY_SYNC_RETRY_MAX_SECONDS)
 
     def next_delay(self, key: str) -> float:
         """``key`` must wait again: the seconds before its next look."""
-        with self._lock:
-            waits = self._waits.get(key, 0)
-            self._waits[key] = waits + 1
-        return min(KEY_SYNC_RETRY_MAX_SECONDS, KEY_SYNC_RETRY_SECONDS * 2.0**waits)
+        return self.when(key)
 
     def forget(self, key: str) -> None:
         """``key``'s caches are loaded, or the key is dropped: its next wait starts short."""
-        if self._waits:  # read without the lock: a key is only added by its own worker
-            with self._lock:
-                self._waits.pop(key, None)
+        if self._failures:  # read without the lock: a key is only added by its own worker
+            super().forget(key)
