@@ -63,6 +63,12 @@ class LastVersions:
         return {key: rv for key, rv in self.versions.items() if rv is not None}
 
 
+def _apart(seen: dict[str, str], truth: dict[str, str]) -> list[str]:
+    """The first keys where the handler's view and the simulator's disagree, for the report."""
+    keys = sorted(k for k in seen.keys() | truth.keys() if seen.get(k) != truth.get(k))
+    return [f"{k}: {seen.get(k)} vs {truth.get(k)}" for k in keys[:5]]
+
+
 @pytest.fixture
 def reflector(redis_server: RedisServer, sim: Simulator) -> Iterator[ReflectorService]:
     service = ReflectorService(
@@ -105,7 +111,11 @@ def test_an_async_handler_follows_the_api_on_the_processors_event_loop(
     try:
         wait_until(service.is_synced, 30, what="the processor synced")
         sim.churn(rate=300, seconds=1.0, seed=2)
-        wait_until(lambda: handler.live() == sim.ground_truth("pods"), 30, what="the handler")
+        wait_until(
+            lambda: handler.live() == sim.ground_truth("pods"),
+            30,
+            what=lambda: f"the handler (apart: {_apart(handler.live(), sim.ground_truth('pods'))})",
+        )
         assert service.event_loop.started
     finally:
         service.stop()
