@@ -97,7 +97,10 @@ def delete_group(
         pipe.xgroup_destroy(shard.stream, group)
         pipe.delete(shard.lease)
         pipe.delete(shard.dead_letters)
-        pipe.delete(shard.initial_list)
+        # The rest of what deleting removes (the initial-list marker, the write expectations,
+        # the held set): a group created again under the name must start from nothing.
+        counted = (shard.lease, shard.dead_letters)
+        pipe.delete(*[key for key in shard.removable_keys() if key not in counted])
     pipe.zcard(keys.members)
     pipe.delete(keys.members)
     replies = pipe.execute(raise_on_error=False)

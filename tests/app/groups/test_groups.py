@@ -230,6 +230,10 @@ def test_delete_removes_a_dead_group_keys_but_not_its_epochs_and_counts_what_wen
     redis_client.set(keys.shard(1).lease_epoch, "5")
     redis_client.xadd(keys.shard(1).dead_letters, {"reason": "decode", "id": "1-1"})
     redis_client.zadd(keys.members, {"gone/1/x": now_ms - 5_000})
+    # What the group's handlers held and its controllers expected: a group created again under
+    # the name would otherwise owe deletions of keys its new handlers were never told about.
+    redis_client.hset(keys.shard(0).held, "ns/a", b"")
+    redis_client.hset(keys.shard(1).expectations, "ns/b", "7")
     url = redis_server.url
 
     listed = cli("groups", "list", "pods", "--redis-url", url, "--output", "json")
@@ -257,6 +261,7 @@ def test_delete_removes_a_dead_group_keys_but_not_its_epochs_and_counts_what_wen
     ]
     assert [redis_client.get(keys.shard(s).lease_epoch) for s in range(2)] == [b"3", b"5"]
     assert redis_client.exists(keys.members, keys.shard(0).lease, keys.shard(1).dead_letters) == 0
+    assert redis_client.exists(keys.shard(0).held, keys.shard(1).expectations) == 0
     for shard in range(2):
         assert [g["name"] for g in redis_client.xinfo_groups(keys.shard(shard).stream)] == [
             b"processors"
