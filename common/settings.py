@@ -543,6 +543,19 @@ def settings_of(cls: type[S], **values: Any) -> S:
     return load_settings(cls, "", environ={}, **values)
 
 
+def describe_command(
+    parser: argparse.ArgumentParser, description: str, cls: type[Any], env_prefix: str
+) -> None:
+    """A command's ``--help`` description and its flags, one per setting of ``cls``: the
+    closing sentence about the environment is the same promise for every command whose flags
+    :func:`settings_from_args` loads (flags over env vars), so it is written once, here."""
+    parser.description = (
+        f"{description} Every flag can also be set with the {env_prefix}<NAME> environment "
+        "variable shown in its help; flags win over the environment."
+    )
+    add_flags(parser, cls, env_prefix)
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) -> None:
     """One flag per setting, its help showing the default and the env var; a group's flags
     under its own heading in ``--help``."""

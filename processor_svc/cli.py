@@ -18,7 +18,7 @@ from common.service_runner import (
     probe_address,
     run_until_signalled,
 )
-from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
+from common.settings import ENV_PREFIX, SettingsError, describe_command, settings_from_args
 from processor_svc.service import ProcessorService
 from processor_svc.settings import ProcessorSettings
 
@@ -32,16 +32,16 @@ PROGRAM = "informer-bus processor"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe_command(
+        parser,
         HELP + " Until a reflector has completed a list of --resource under --prefix, a "
         "processor waits for it (it may start first): /readyz answers 503 with the reason, one "
         "warning says what it waits for, and no shard is taken. SIGTERM, Ctrl-C and SIGHUP "
         "stop it cleanly (exit 0) within the bound it logs (--shutdown-grace + 5 s); a second "
-        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
-        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
-        "win over the environment."
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C).",
+        ProcessorSettings,
+        ENV_PREFIX,
     )
-    add_flags(parser, ProcessorSettings, ENV_PREFIX)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from common.service_runner import (
     probe_address,
     run_until_signalled,
 )
-from common.settings import ENV_PREFIX, SettingsError, add_flags, settings_from_args
+from common.settings import ENV_PREFIX, SettingsError, describe_command, settings_from_args
 from reflector_svc.api_errors import KubeError
 from reflector_svc.resources import ResourceSpec, UnknownResourceError
 from reflector_svc.service import ReflectorService
@@ -35,13 +35,13 @@ HELP = (
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe_command(
+        parser,
         HELP + " SIGTERM, Ctrl-C and SIGHUP stop it cleanly (exit 0) within 10 s; a second "
-        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C). Every flag can also "
-        "be set with the INFORMER_BUS_<NAME> environment variable shown in its help; flags "
-        "win over the environment."
+        "signal ends it at once (exit 128 + the signal: 130 for Ctrl-C).",
+        ReflectorSettings,
+        ENV_PREFIX,
     )
-    add_flags(parser, ReflectorSettings, ENV_PREFIX)
 
 
 PROGRAM = "informer-bus reflector"

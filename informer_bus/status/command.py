@@ -23,7 +23,7 @@ from common.settings import (
     BusSettings,
     MembershipTiming,
     SettingsError,
-    add_flags,
+    describe_command,
     same_as,
     settings_from_args,
 )
@@ -133,12 +133,13 @@ def redis_failure(program: str, error: redis.RedisError, where: str) -> int:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe_command(
+        parser,
         HELP + " Exit status: 0 with a report, 1 when no resource exists under the prefix, 2 for "
-        "a mistake (bad flag, unreachable Redis, unknown --resource). Every flag can also be set "
-        "with the INFORMER_BUS_<NAME> environment variable shown in its help."
+        "a mistake (bad flag, unreachable Redis, unknown --resource).",
+        StatusSettings,
+        ENV_PREFIX,
     )
-    add_flags(parser, StatusSettings, ENV_PREFIX)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -215,12 +215,7 @@ class SubscriptionCore(abc.ABC):
         self._close(processed=not exc_info or exc_info[0] is None)
 
     def _close(self, *, processed: bool) -> None:
-        if self._closed:  # a second close must not acknowledge anything
-            return
-        self._check_mode(asynchronous=False)
-        self._closed = True
-        self._ready = iter(())
-        client, self._client = self._client, None
+        client = self._detach(asynchronous=False)
         if client is None:
             return
         try:
@@ -275,12 +270,7 @@ class SubscriptionCore(abc.ABC):
         await self._aclose(processed=not exc_info or exc_info[0] is None)
 
     async def _aclose(self, *, processed: bool) -> None:
-        if self._closed:
-            return
-        self._check_mode(asynchronous=True)
-        self._closed = True
-        self._ready = iter(())
-        client, self._client = self._client, None
+        client = self._detach(asynchronous=True)
         if client is None:
             return
         try:
@@ -289,6 +279,18 @@ class SubscriptionCore(abc.ABC):
         finally:
             if self._owns_client:
                 await client.aclose()
+
+    def _detach(self, *, asynchronous: bool) -> Any:
+        """Marks the subscription closed and hands over its client to finish with (``None``
+        when there is none, or it was closed before: a second close must not acknowledge
+        anything), in one place for both the blocking and the asyncio close."""
+        if self._closed:
+            return None
+        self._check_mode(asynchronous=asynchronous)
+        self._closed = True
+        self._ready = iter(())
+        client, self._client = self._client, None
+        return client
 
     def _check_mode(self, *, asynchronous: bool) -> None:
         if self._client is not None and self._asynchronous != asynchronous:
