@@ -1,4 +1,4 @@
-"""The blocking wait for a shard's new entries, and the interrupt that ends it early.
+"""The blocking wait for new entries of every shard a reading loop reads, and its interrupt.
 
 Reads that change the consumer group are fenced scripts (:mod:`processor_svc.fenced_stream`),
 and a script cannot block. So the wait for new entries is a plain ``XREAD BLOCK`` (it changes
@@ -6,8 +6,10 @@ nothing) on a dedicated connection whose ``socket_timeout`` is well above the bl
 (redis-py's default 5 s would otherwise turn every long BLOCK into a timeout and retries); the
 entries themselves are then taken with a fenced, non-blocking ``XREADGROUP``.
 
-Stopping a shard must not wait out a whole block: :meth:`BlockingRead.interrupt` ends the wait
-with ``CLIENT UNBLOCK``, using the connection's ``CLIENT ID`` recorded when it connected.
+One ``XREAD BLOCK`` names every idle shard's stream (:meth:`BlockingRead.wait_any`; a Cluster
+is polled per node instead). Stopping a shard must not wait out a whole block:
+:meth:`BlockingRead.interrupt` ends the wait with ``CLIENT UNBLOCK``, using the connection's
+``CLIENT ID`` recorded when it connected.
 """
 
 from __future__ import annotations

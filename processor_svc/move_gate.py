@@ -3,15 +3,17 @@
 When an object's shard key changes (a ConfigMap sharded by ``owner`` gets a new controlling
 owner, an object sharded by a label is relabelled), the reflector writes a *move*: a deletion on
 the old shard, then an addition on the new one that names the old shard and the stream id of
-that deletion there (:class:`common.wire.Move`). Each shard is read by its own thread, so
-without coordination a process that holds both shards could apply the addition first: its
-lister would show the object twice, and a handler would hear ``on_add`` before the
+that deletion there (:class:`common.wire.Move`). Each shard is read in its own steps of the
+reading loop, so without coordination a process that holds both shards could apply the addition
+first: its lister would show the object twice, and a handler would hear ``on_add`` before the
 ``on_delete`` of the same key.
 
 :class:`MoveGate` (one per resource and process) keeps, for each shard this process reads, its
 *position*: the stream id up to which everything it read has been applied to its store and
 handed to the handlers. Before applying an incoming half, a shard's reader waits until the old
-shard is not read here, or its position has reached the outgoing half's id. Handlers take their
+shard is not read here, or its position has reached the outgoing half's id; the reader *pumps*
+the reading loop meanwhile (steps its other shards, the old one among them), as both are read
+by the same thread (:mod:`processor_svc.reading_loop`). Handlers take their
 notifications in order, so the deletion reaches every handler before the addition.
 
 Why the wait cannot deadlock: a reader waits only at an incoming half, and only for an entry
