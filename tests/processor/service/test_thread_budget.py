@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+import redis
+
 from apiserver_sim import Simulator, SimulatorSettings
 from tests.support.bus import ProcessorProcess, ReflectorProcess
 from tests.support.redis_server import RedisServer
@@ -29,8 +31,10 @@ def _threads(pid: int) -> int:
 
 
 def test_a_processor_owning_16_shards_runs_at_most_six_threads(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
+    # redis_client: an empty Redis (an earlier test's layout with another shard count would
+    # keep the processor from starting)
     common = ["--shard-count", "16", "--http-host", "127.0.0.1", "--http-port", "0"]
     env = {"INFORMER_BUS_REDIS_URL": redis_server.url}
     with Simulator(SimulatorSettings()) as sim:
