@@ -1,22 +1,16 @@
 """Service settings: one frozen dataclass per service, filled from defaults, then
 ``INFORMER_BUS_*`` environment variables, then command-line flags (in rising priority).
 
-Flags and env var names are derived from the dataclass fields, so the CLI, the environment, the
-Python API and ``--help`` can never disagree: ``redis_url`` is ``--redis-url`` and
-``INFORMER_BUS_REDIS_URL``. Each field documents itself through ``metadata={"help": ...}``.
-Supported field types: ``bool``, ``int``, ``float``, ``str``, their ``X | None`` forms, and
-``tuple[str, ...]`` (a repeatable flag; comma-separated in the environment).
+Flags and env var names are derived from the fields (``redis_url`` is ``--redis-url`` and
+``INFORMER_BUS_REDIS_URL``), so the CLI, the environment, the Python API and ``--help`` never
+disagree; each field documents itself (``metadata={"help": ...}``). Types: ``bool``, ``int``,
+``float``, ``str``, their ``X | None``, and ``tuple[str, ...]`` (repeatable; comma-separated).
 
-The Redis URL has one rule for every command (services and tools alike): ``--redis-url``, else
-the command's own variable (``INFORMER_BUS_REDIS_URL``; the demo's ``INFORMER_BUS_DEMO_REDIS_URL``),
-else ``REDIS_URL`` (the variable many tools and platforms set), else the default. A field opts
-into such a last resort with ``metadata={"fallback_env": NAME}``; ``--help`` names it.
-
-Settings that belong together, and are the same for every service and tool, are small
-dataclasses of their own held as one field (:func:`grouped`): :class:`RedisConnection`,
-:class:`LeaseTiming`, :class:`MembershipTiming`, :class:`Durability`. Each checks its own
-rules, so a rule is written once however many services use it; their flags stay flat
-(``--redis-url``, ``--lease-duration``) and ``--help`` lists them under the group's heading.
+The Redis URL has one rule for every command: ``--redis-url``, else the command's variable, else
+``REDIS_URL``, else the default (a field opts in with ``metadata={"fallback_env": NAME}``).
+Settings that belong together are small dataclasses held as one field (:func:`grouped`:
+:class:`RedisConnection`, :class:`LeaseTiming`, :class:`MembershipTiming`, :class:`Durability`),
+each checking its own rules once; their flags stay flat under the group's ``--help`` heading.
 """
 
 from __future__ import annotations
@@ -346,11 +340,8 @@ def same_as(owner: type[Any], name: str, help_text: str = "") -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class BusSettings:
-    """Where the bus is -- the Redis connection and the key prefix -- for every service and
-    every tool (``status``, ``subscribe``): the same flags and env vars everywhere.
-
-    Subclasses add their own fields and call ``super().__post_init__()``.
-    """
+    """Where the bus is (Redis connection, key prefix) for every service and tool, with the
+    same flags everywhere; subclasses add fields and call ``super().__post_init__()``."""
 
     redis: RedisConnection = dataclasses.field(
         default_factory=RedisConnection, metadata=grouped("Redis", flag_prefix="redis_")
@@ -365,10 +356,8 @@ class BusSettings:
 
 @dataclasses.dataclass(frozen=True)
 class ServiceSettings(BusSettings):
-    """What every informer-bus service shares: the bus, the shard count, probes, logs.
-
-    Services subclass it (their own fields follow these) and call ``super().__post_init__()``.
-    """
+    """What every service shares (the bus, the shard count, probes, logs); services subclass
+    it and call ``super().__post_init__()``."""
 
     shard_count: int = dataclasses.field(
         default=16,
@@ -546,9 +535,7 @@ def settings_of(cls: type[S], **values: Any) -> S:
 def describe_command(
     parser: argparse.ArgumentParser, description: str, cls: type[Any], env_prefix: str
 ) -> None:
-    """A command's ``--help`` description and its flags, one per setting of ``cls``: the
-    closing sentence about the environment is the same promise for every command whose flags
-    :func:`settings_from_args` loads (flags over env vars), so it is written once, here."""
+    """A command's ``--help`` description, with the one sentence about env vars, and flags."""
     parser.description = (
         f"{description} Every flag can also be set with the {env_prefix}<NAME> environment "
         "variable shown in its help; flags win over the environment."
@@ -557,8 +544,7 @@ def describe_command(
 
 
 def add_flags(parser: argparse.ArgumentParser, cls: type[Any], env_prefix: str) -> None:
-    """One flag per setting, its help showing the default and the env var; a group's flags
-    under its own heading in ``--help``."""
+    """One flag per setting (help: default, env var); a group's under its own heading."""
     headings = {name: parser.add_argument_group(title) for name, (_, title) in _groups(cls).items()}
     for setting in _settings(cls):
         field = setting.field
